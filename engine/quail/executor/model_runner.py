@@ -1,0 +1,54 @@
+"""Turns a list of chunks (new tokens on top of sequences) into one ragged forward pass."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from quail.executor.kv_cache import PagedKVCache
+from quail.executor.sequence import Seq
+from quail.kernels.paged_attention import AttentionMeta
+from quail.model.llama import ForwardBatch, LlamaModel
+
+
+@dataclass
+class Chunk:
+    seq: Seq
+    tokens: list[int]
+    reads: list[int]  # offsets within `tokens` whose next-token log-probs are wanted
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, cache: PagedKVCache):
+        self.model = model
+        self.cache = cache
+
+    def run(self, chunks: list[Chunk]) -> list[torch.Tensor]:
+        """Returns, per chunk, fp32 log-probs [len(reads), vocab]."""
+        ids, positions, slots, rows = [], [], [], []
+        q_start, q_len, k_len, tables = [], [], [], []
+        offset = 0
+        for c in chunks:
+            start = len(c.seq)
+            slots.extend(self.cache.grow(c.seq, c.tokens))
+            ids.extend(c.tokens)
+            positions.extend(range(start, start + len(c.tokens)))
+            rows.extend(offset + r for r in c.reads)
+            q_start.append(offset)
+            q_len.append(len(c.tokens))
+            k_len.append(len(c.seq))
+            tables.append(c.seq.pages)
+            offset += len(c.tokens)
+        self.cache.pages.check_live(np.concatenate([np.asarray(t, dtype=np.int64) for t in tables]))
+        dev = self.model.device
+        batch = ForwardBatch(
+            input_ids=torch.tensor(ids, device=dev),
+            positions=torch.tensor(positions, device=dev),
+            slots=torch.tensor(slots, device=dev),
+            attention=AttentionMeta(
+                np.array(q_start), np.array(q_len), np.array(k_len), tables, self.cache.page_size, dev
+            ),
+            logit_rows=torch.tensor(rows, dtype=torch.long, device=dev),
+        )
+        logprobs = self.model.forward(batch, self.cache.kv).cpu()
+        return list(logprobs.split([len(c.reads) for c in chunks]))

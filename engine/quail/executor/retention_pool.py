@@ -1,0 +1,54 @@
+"""Document KV kept after an operator for a later compatible one in the same session.
+
+Entries are keyed by the document's token ids. When admission needs pages, the oldest entry goes
+first; issue 3 replaces that order with cost/retention.py's priority.
+"""
+
+import hashlib
+from collections import OrderedDict
+
+import numpy as np
+
+from quail.executor.kv_cache import PagedKVCache
+from quail.executor.sequence import Seq
+
+
+def document_key(tokens: list[int]) -> str:
+    return hashlib.sha1(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
+
+
+class RetentionPool:
+    def __init__(self, cache: PagedKVCache):
+        self.cache = cache
+        self._entries: OrderedDict[str, Seq] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def pages(self) -> int:
+        return sum(len(s.pages) for s in self._entries.values())
+
+    def put(self, key: str, seq: Seq) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.cache.release(old)
+        seq.fresh, seq.credits = 0, {}
+        self._entries[key] = seq
+
+    def take(self, key: str) -> Seq | None:
+        seq = self._entries.pop(key, None)
+        if seq is not None:
+            seq.credits = {"retention": len(seq)}
+        return seq
+
+    def evict_one(self) -> bool:
+        if not self._entries:
+            return False
+        _, seq = self._entries.popitem(last=False)
+        self.cache.release(seq)
+        return True
+
+    def clear(self) -> None:
+        while self.evict_one():
+            pass

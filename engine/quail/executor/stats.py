@@ -1,0 +1,55 @@
+"""Token accounting. For every job: tokens_computed + sum(tokens_reused) == tokens_naive."""
+
+from dataclasses import asdict, dataclass, field
+
+MECHANISMS = ("rewind", "prefix", "retention")
+
+
+@dataclass
+class StepStats:
+    tokens_computed: int = 0
+    tokens_naive: int = 0
+    prompts: int = 0
+
+
+@dataclass
+class Stats:
+    tokens_naive: int = 0
+    tokens_computed: int = 0
+    document_tokens_computed: int = 0
+    question_tokens_computed: int = 0
+    tokens_reused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MECHANISMS, 0))
+    forward_passes: int = 0
+    pages_total: int = 0
+    pages_peak: int = 0
+    seconds: float = 0.0
+    rows_truncated: int = 0
+    rows_skipped: int = 0
+    steps: dict[str, StepStats] = field(default_factory=dict)
+
+    def step(self, name: str | None) -> StepStats | None:
+        if name is None:
+            return None
+        return self.steps.setdefault(name, StepStats())
+
+    def merge(self, other: "Stats") -> "Stats":
+        for name in ("tokens_naive", "tokens_computed", "document_tokens_computed", "question_tokens_computed",
+                     "forward_passes", "seconds", "rows_truncated", "rows_skipped"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mech in MECHANISMS:
+            self.tokens_reused[mech] += other.tokens_reused[mech]
+        self.pages_peak = max(self.pages_peak, other.pages_peak)
+        for name, s in other.steps.items():
+            mine = self.steps.setdefault(name, StepStats())
+            mine.tokens_computed += s.tokens_computed
+            mine.tokens_naive += s.tokens_naive
+            mine.prompts += s.prompts
+        return self
+
+    def check(self) -> None:
+        reused = sum(self.tokens_reused.values())
+        if self.tokens_computed + reused != self.tokens_naive:
+            raise AssertionError(f"accounting broken: {self.tokens_computed} + {reused} != {self.tokens_naive}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

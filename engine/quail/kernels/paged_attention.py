@@ -1,0 +1,109 @@
+"""Paged attention over a ragged batch: the torch reference.
+
+Each sequence b brings q_len[b] new query tokens (stored contiguously from q_start[b]) and attends,
+causally aligned at the bottom right, to its k_len[b] cached tokens found through its page table.
+The Triton kernel (issue 5) plugs in behind `paged_attention` with the same `AttentionMeta`.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class _Group:
+    tok_idx: torch.Tensor  # flat positions of this group's query tokens
+    pad_idx: torch.Tensor  # where they sit in the padded [b * max_q] layout
+    pages: torch.Tensor  # [b * max_pages] page ids (padding points at page 0, masked out)
+    mask: torch.Tensor  # [b, 1, max_q, max_pages * page_size]
+    batch: int
+    max_q: int
+    max_k: int
+
+
+@dataclass
+class AttentionMeta:
+    q_start: np.ndarray
+    q_len: np.ndarray
+    k_len: np.ndarray
+    page_tables: list[list[int]]
+    page_size: int
+    device: torch.device
+    _groups: list[_Group] | None = field(default=None, repr=False)
+
+    def groups(self) -> list[_Group]:
+        if self._groups is None:
+            self._groups = _build_groups(self)
+        return self._groups
+
+
+def _split_by_length(q_len: np.ndarray) -> list[np.ndarray]:
+    """Sequences of similar query length share one padded SDPA call, so a long prefill chunk in
+    the same pass as many short questions does not pad every question to the chunk's length."""
+    order = np.argsort(-q_len, kind="stable")
+    groups, current = [], [order[0]]
+    for b in order[1:]:
+        if q_len[b] * 2 < q_len[current[0]]:
+            groups.append(np.array(current))
+            current = []
+        current.append(b)
+    groups.append(np.array(current))
+    return groups
+
+
+def _build_groups(meta: AttentionMeta) -> list[_Group]:
+    ps = meta.page_size
+    out = []
+    for seqs in _split_by_length(meta.q_len):
+        ql, kl = meta.q_len[seqs], meta.k_len[seqs]
+        b, max_q = len(seqs), int(ql.max())
+        max_pages = int((kl.max() + ps - 1) // ps)
+        max_k = max_pages * ps
+        tok_idx = np.concatenate([np.arange(meta.q_start[s], meta.q_start[s] + meta.q_len[s]) for s in seqs])
+        pad_idx = np.concatenate([i * max_q + np.arange(q) for i, q in enumerate(ql)])
+        pages = np.zeros((b, max_pages), dtype=np.int64)
+        for i, s in enumerate(seqs):
+            table = meta.page_tables[s]
+            pages[i, : len(table)] = table[:max_pages]
+        qi = np.arange(max_q)[None, :, None]
+        kj = np.arange(max_k)[None, None, :]
+        last_visible = (kl - ql)[:, None, None] + qi  # bottom-right causal alignment
+        mask = (kj <= last_visible) & (kj < kl[:, None, None])
+        mask |= (qi >= ql[:, None, None]) & (kj == 0)  # padded query rows: avoid an all-masked row
+        dev = meta.device
+        out.append(
+            _Group(
+                tok_idx=torch.from_numpy(tok_idx).to(dev),
+                pad_idx=torch.from_numpy(pad_idx).to(dev),
+                pages=torch.from_numpy(pages.reshape(-1)).to(dev),
+                mask=torch.from_numpy(mask[:, None]).to(dev),
+                batch=b,
+                max_q=max_q,
+                max_k=max_k,
+            )
+        )
+    return out
+
+
+def paged_attention_reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta, scale: float
+) -> torch.Tensor:
+    """q: [T, H, D]; k_cache, v_cache: [pages, page_size, kv_heads, D]. Returns [T, H, D]."""
+    T, H, D = q.shape
+    kvh = k_cache.shape[2]
+    out = torch.empty_like(q)
+    for g in meta.groups():
+        qp = q.new_zeros(g.batch * g.max_q, H, D)
+        qp[g.pad_idx] = q[g.tok_idx]
+        qp = qp.view(g.batch, g.max_q, H, D).transpose(1, 2)
+        k = k_cache.index_select(0, g.pages).view(g.batch, g.max_k, kvh, D).transpose(1, 2)
+        v = v_cache.index_select(0, g.pages).view(g.batch, g.max_k, kvh, D).transpose(1, 2)
+        o = F.scaled_dot_product_attention(qp, k, v, attn_mask=g.mask, scale=scale, enable_gqa=True)
+        out[g.tok_idx] = o.transpose(1, 2).reshape(g.batch * g.max_q, H, D)[g.pad_idx]
+    return out
+
+
+def paged_attention(q, k_cache, v_cache, meta: AttentionMeta, scale: float) -> torch.Tensor:
+    return paged_attention_reference(q, k_cache, v_cache, meta, scale)

@@ -1,0 +1,64 @@
+"""Page ids with reference counts. A page is free when no sequence holds it."""
+
+import numpy as np
+
+PAGE_SIZE = 16
+
+
+class PageError(RuntimeError):
+    """A page was freed twice or used after it was freed: always an engine bug, never user input."""
+
+
+class ArenaFull(RuntimeError):
+    """No free page is left."""
+
+
+class PageArena:
+    def __init__(self, num_pages: int, page_size: int = PAGE_SIZE):
+        if num_pages < 1:
+            raise ValueError(f"an arena needs at least one page, got {num_pages}")
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self._refs = np.zeros(num_pages, dtype=np.int64)
+        self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
+        self.peak_used = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_pages - len(self._free)
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_size)
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise ArenaFull(f"all {self.num_pages} pages are in use")
+        page = self._free.pop()
+        self._refs[page] = 1
+        self.peak_used = max(self.peak_used, self.num_used)
+        return page
+
+    def refcount(self, page: int) -> int:
+        return int(self._refs[page])
+
+    def incref(self, page: int) -> None:
+        if self._refs[page] <= 0:
+            raise PageError(f"page {page} is used after it was freed")
+        self._refs[page] += 1
+
+    def decref(self, page: int) -> None:
+        if self._refs[page] <= 0:
+            raise PageError(f"page {page} is freed twice")
+        self._refs[page] -= 1
+        if self._refs[page] == 0:
+            self._free.append(page)
+
+    def check_live(self, pages) -> None:
+        pages = np.asarray(pages, dtype=np.int64)
+        if pages.size and (self._refs[pages] <= 0).any():
+            dead = pages[self._refs[pages] <= 0]
+            raise PageError(f"pages {dead.tolist()} are used after they were freed")

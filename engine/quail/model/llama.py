@@ -1,0 +1,120 @@
+"""A Llama-family decoder (Llama, Mistral, Qwen2, SmolLM2) that reads and writes paged KV.
+
+Weights arrive in Hugging Face names; Q/K/V and gate/up are fused into single matmuls here.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from quail.kernels.paged_attention import AttentionMeta, paged_attention
+from quail.kv.kv_arena import KVArena
+from quail.model.config import ModelConfig
+
+
+@dataclass
+class ForwardBatch:
+    input_ids: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T]
+    slots: torch.Tensor  # [T] flat KV slots to write
+    attention: AttentionMeta
+    logit_rows: torch.Tensor  # [R] rows of T whose next-token log-probs are wanted
+
+
+@dataclass
+class _Layer:
+    attn_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    mlp_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+def inverse_frequencies(cfg: ModelConfig, freq_factors: torch.Tensor | None = None) -> torch.Tensor:
+    d = cfg.head_dim
+    inv = (1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2).float() / d))).double()
+    s = cfg.rope_scaling
+    if s.kind == "linear":
+        inv = inv / s.factor
+    elif s.kind == "llama3":
+        low_wavelen = s.original_max_position / s.low_freq_factor
+        high_wavelen = s.original_max_position / s.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wavelen, inv / s.factor, inv)
+        smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        inv = torch.where(medium, smoothed, scaled)
+    if freq_factors is not None:
+        inv = inv / freq_factors.to(torch.float64)
+    return inv.float()
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class LlamaModel:
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype=torch.bfloat16, device="cpu"):
+        self.cfg = cfg
+        self.dtype = dtype
+        self.device = torch.device(device)
+
+        def w(name):
+            return weights[name].to(device=self.device, dtype=dtype).contiguous()
+
+        self.embed = w("model.embed_tokens.weight")
+        self.lm_head = self.embed if cfg.tie_embeddings else w("lm_head.weight")
+        self.norm = w("model.norm.weight")
+        self.layers = []
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            bias = None
+            if cfg.qkv_bias:
+                bias = torch.cat([weights[a + f"{n}_proj.bias"] for n in "qkv"]).to(self.device, dtype)
+            self.layers.append(
+                _Layer(
+                    attn_norm=w(p + "input_layernorm.weight"),
+                    qkv=torch.cat([w(a + f"{n}_proj.weight") for n in "qkv"]).contiguous(),
+                    qkv_bias=bias,
+                    o=w(a + "o_proj.weight"),
+                    mlp_norm=w(p + "post_attention_layernorm.weight"),
+                    gate_up=torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]).contiguous(),
+                    down=w(p + "mlp.down_proj.weight"),
+                )
+            )
+        self.inv_freq = inverse_frequencies(cfg, weights.get("rope_freqs.weight")).to(self.device)
+        self.scale = cfg.head_dim**-0.5
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.cfg.rms_norm_eps)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, kv: KVArena) -> torch.Tensor:
+        """Runs the batch, writes its K/V into the arena, returns fp32 log-probs [R, vocab]."""
+        cfg = self.cfg
+        h_q, h_kv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        angles = batch.positions.float()[:, None] * self.inv_freq[None, :]
+        cos, sin = angles.cos().to(self.dtype)[:, None, :], angles.sin().to(self.dtype)[:, None, :]
+        x = self.embed[batch.input_ids]
+        for i, layer in enumerate(self.layers):
+            h = self._rms_norm(x, layer.attn_norm)
+            qkv = F.linear(h, layer.qkv, layer.qkv_bias)
+            q, k, v = qkv.split([h_q * d, h_kv * d, h_kv * d], dim=-1)
+            q = _rope(q.view(-1, h_q, d), cos, sin)
+            k = _rope(k.view(-1, h_kv, d), cos, sin)
+            kv.write(i, batch.slots, k, v.view(-1, h_kv, d))
+            attn = paged_attention(q, kv.k[i], kv.v[i], batch.attention, self.scale)
+            x = x + F.linear(attn.reshape(-1, h_q * d), layer.o)
+            h = self._rms_norm(x, layer.mlp_norm)
+            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down)
+        x = self._rms_norm(x[batch.logit_rows], self.norm)
+        return torch.log_softmax(F.linear(x, self.lm_head).float(), dim=-1)

@@ -1,0 +1,48 @@
+"""Resolves `--model` (an embedded name, a GGUF file or a safetensors directory) into a model."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from quail.errors import QuailError
+from quail.model.config import ModelConfig
+from quail.model.gguf_loader import load_gguf
+from quail.model.llama import LlamaModel
+from quail.model.registry import EMBEDDED, embedded_path
+from quail.model.safetensors_loader import load_hf_dir
+from quail.model.tokenizer import Tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    config: ModelConfig
+    model: LlamaModel
+    tokenizer: Tokenizer
+
+
+def load_weights(spec: str) -> tuple[ModelConfig, dict, Tokenizer]:
+    path = embedded_path(spec) if spec in EMBEDDED else Path(spec)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise QuailError(f"--model {spec}: directory has no config.json")
+        return load_hf_dir(path)
+    if path.suffix == ".gguf" and path.exists():
+        return load_gguf(path)
+    raise QuailError(
+        f"--model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a safetensors directory"
+    )
+
+
+def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu") -> LoadedModel:
+    if dtype not in DTYPES:
+        raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    try:
+        cfg, weights, tokenizer = load_weights(spec)
+    except ValueError as e:
+        raise QuailError(f"--model {spec}: {e}") from e
+    name = spec if spec in EMBEDDED else Path(spec).name
+    return LoadedModel(name, cfg, LlamaModel(cfg, weights, DTYPES[dtype], device), tokenizer)

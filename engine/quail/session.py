@@ -1,0 +1,91 @@
+"""The text-level API: a model, an engine and a prompt layout. Usable from a notebook or script:
+
+    s = Session.open("qwen2.5-coder-0.5b")
+    result, stats = s.filter(texts, ["Is this about sport?"])
+"""
+
+from dataclasses import dataclass
+
+from quail.errors import QuailError
+from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.stats import Stats
+from quail.model.loader import LoadedModel, load_model
+from quail.model.registry import DEFAULT_MODEL
+from quail.ops.classify import ClassifyResult, run_classify
+from quail.ops.filter import FilterResult, run_filter
+from quail.ops.join import JoinResult, run_join
+from quail.ops.prompts import PromptLayout
+
+
+@dataclass
+class Documents:
+    """Tokenized documents that fit the model's context, and how many had to be cut."""
+
+    tokens: list[list[int]]
+    truncated: int = 0
+
+
+class Session:
+    def __init__(self, loaded: LoadedModel, plan: PhysicalPlan):
+        self.loaded = loaded
+        self.engine = Engine(loaded.model, plan)
+        self.layout = PromptLayout(loaded.tokenizer)
+
+    @classmethod
+    def open(cls, model: str = DEFAULT_MODEL, dtype: str = "bfloat16", arena_pages: int | None = None,
+             max_batch_tokens: int = 2048, memory_budget: int | None = None) -> "Session":
+        if arena_pages is not None and arena_pages < 1:
+            raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")
+        if max_batch_tokens < 16:
+            raise QuailError(f"--max-batch-tokens must be at least 16, got {max_batch_tokens}")
+        loaded = load_model(model, dtype)
+        return cls(loaded, PhysicalPlan.for_model(loaded.model, arena_pages, memory_budget, max_batch_tokens))
+
+    @property
+    def context(self) -> int:
+        return self.loaded.config.max_position
+
+    def documents(self, texts: list[str], render, suffix: int, truncate: bool, what: str = "row") -> Documents:
+        """Tokenizes texts; `suffix` is the longest question that follows a document in one prompt."""
+        limit = self.context - suffix
+        out = Documents([])
+        for i, text in enumerate(texts):
+            tokens = render(text)
+            if len(tokens) > limit:
+                if not truncate:
+                    raise QuailError(
+                        f"{what} {i}: the document is {len(tokens)} tokens with its prompt; the model's context "
+                        f"leaves {limit} for it after the question. Use --truncate to cut long documents."
+                    )
+                tokens = tokens[:limit]
+                out.truncated += 1
+            out.tokens.append(tokens)
+        return out
+
+    def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=False, truncate=False,
+               progress=None) -> tuple[FilterResult, Stats]:
+        questions = [self.layout.yes_no_question(p) for p in predicates]
+        docs = self.documents(texts, self.layout.document, max(map(len, questions)), truncate)
+        result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
+                                   reuse, retain, progress)
+        stats.rows_truncated = docs.truncated
+        return result, stats
+
+    def classify(self, texts, labels, question=None, reuse=True, retain=False, truncate=False,
+                 progress=None) -> tuple[ClassifyResult, Stats]:
+        q = self.layout.label_question(question or "Which category does the document belong to?", labels)
+        label_tokens = [self.layout.label(label) for label in labels]
+        docs = self.documents(texts, self.layout.document, len(q) + max(map(len, label_tokens)), truncate)
+        result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, reuse, retain, progress)
+        stats.rows_truncated = docs.truncated
+        return result, stats
+
+    def join(self, left, right, condition, reuse=True, truncate=False, progress=None) -> tuple[JoinResult, Stats]:
+        cond = self.layout.pair_question(condition)
+        half = (self.context - len(cond)) // 2  # the context is split evenly between the two documents
+        partners = self.documents(right, self.layout.partner, self.context - half, truncate, "right row")
+        anchors = self.documents(left, self.layout.anchor, half + len(cond), truncate, "left row")
+        result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers, reuse,
+                                 progress)
+        stats.rows_truncated = anchors.truncated + partners.truncated
+        return result, stats

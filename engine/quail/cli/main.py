@@ -128,7 +128,7 @@ def _run_filter(session, args, inputs, progress):
         if args.keep_all and len(passing) == args.limit:
             done = [r for r in done if r <= passing[-1]]
     if not args.keep_all:
-        return table.take(passing), stats
+        return table.take(pa.array(passing, pa.int64())), stats
     extra = {"passed": pa.array(_scatter(result.passed, rows, table.num_rows), pa.bool_())}
     for k in range(len(args.predicate)):
         extra[f"p_yes_{k + 1}"] = pa.array(_scatter([p[k] for p in result.p_yes], rows, table.num_rows), pa.float64())
@@ -155,8 +155,8 @@ def _run_join(session, args, inputs, progress):
     stats.rows_skipped = (left.num_rows - len(ltexts)) + (right.num_rows - len(rtexts))
     pairs = [(lrows[i], rrows[j], p) for i, ps in enumerate(result.p_yes) for j, p in enumerate(ps)
              if p >= args.threshold]
-    lt = left.take([a for a, _, _ in pairs])
-    rt = right.take([b for _, b, _ in pairs])
+    lt = left.take(pa.array([a for a, _, _ in pairs], pa.int64()))
+    rt = right.take(pa.array([b for _, b, _ in pairs], pa.int64()))
     columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
     columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
     columns["p_yes"] = pa.array([p for _, _, p in pairs], pa.float64())

@@ -1,7 +1,8 @@
 """Document KV kept after an operator for a later compatible one in the same session.
 
-Entries are keyed by the document's token ids. When admission needs pages, the oldest entry goes
-first; issue 3 replaces that order with cost/retention.py's priority.
+Entries are keyed by the document's token ids. When admission needs pages, an entry that no waiting
+work will claim goes first (oldest first), then the one whose claim comes latest; issue 3 puts
+cost/retention.py's priority in front of that order.
 """
 
 import hashlib
@@ -42,11 +43,14 @@ class RetentionPool:
             seq.credits = {"retention": len(seq)}
         return seq
 
-    def evict_one(self) -> bool:
+    def evict_one(self, next_use: dict[str, int] | None = None) -> bool:
+        """next_use: key -> how soon waiting work claims it (smaller is sooner)."""
         if not self._entries:
             return False
-        _, seq = self._entries.popitem(last=False)
-        self.cache.release(seq)
+        next_use = next_use or {}
+        never = next((k for k in self._entries if k not in next_use), None)
+        key = never if never is not None else max(self._entries, key=next_use.__getitem__)
+        self.cache.release(self._entries.pop(key))
         return True
 
     def clear(self) -> None:

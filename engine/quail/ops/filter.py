@@ -87,7 +87,8 @@ def run_filter(
             start, claim = _scratch(engine, doc, questions, answers, threshold), None
         programs.append(Program(start, engine.cache.pages_for(len(doc) + longest_q), claim=claim))
     result, total = FilterResult(), None
-    wave = len(programs) if limit is None else max(4 * limit, 32)
+    # with a limit, rows go in waves so that rows after the N-th passing one are never computed
+    wave = max(len(programs), 1) if limit is None else max(4 * limit, 32)
     for lo in range(0, len(programs), wave):
         probs, stats = engine.run(programs[lo : lo + wave], progress)
         total = stats if total is None else total.merge(stats)

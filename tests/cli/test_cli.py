@@ -1,0 +1,156 @@
+"""The `quail` CLI end to end on the embedded smollm2-135m, and its errors on bad input."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quail.cli.main import main
+
+TEXTS = [
+    "The striker scored a hat-trick as the home team won the derby.",
+    "Quarterly profits rose as the bank cut costs and raised fees.",
+    "The new laptop ships with a faster chip and a brighter screen.",
+    "The goalkeeper saved two penalties in the shoot-out.",
+    "Parliament voted on the new budget after a long debate.",
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_model_load(monkeypatch, smollm2):
+    """Every CLI run in this module reuses one loaded smollm2 instead of reading the GGUF again."""
+    monkeypatch.setattr("quail.session.load_model", lambda spec, dtype: smollm2)
+
+
+@pytest.fixture
+def news(tmp_path):
+    path = tmp_path / "news.parquet"
+    pq.write_table(pa.table({"id": list(range(len(TEXTS))), "text": TEXTS}), path)
+    return path
+
+
+def run_cli(*argv):
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv] + ["--model", "smollm2-135m", "--dtype", "float32"])
+    return e.value.code
+
+
+def fails(capsys, *argv, match):
+    assert run_cli(*argv) == 2
+    err = capsys.readouterr().err
+    assert "quail: error:" in err and match in err, err
+    assert "Traceback" not in err
+
+
+def test_filter_keep_all_and_no_reuse_agree(tmp_path, news):
+    preds = ["--predicate", "Is this about sport?", "--predicate", "Is a goal or a save mentioned?"]
+    out, out2, stats = tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "s.json"
+    assert run_cli("filter", news, "--text-column", "text", *preds, "--keep-all", "--threshold", "0.2",
+                 "--output", out, "--stats", stats) == 0
+    assert run_cli("filter", news, "--text-column", "text", *preds, "--keep-all", "--threshold", "0.2",
+                 "--output", out2, "--no-reuse") == 0
+    a, b = pq.read_table(out), pq.read_table(out2)
+    assert a.column_names == ["id", "text", "passed", "p_yes_1", "p_yes_2"]
+    assert a["passed"].to_pylist() == b["passed"].to_pylist()
+    for col in ("p_yes_1", "p_yes_2"):
+        for x, y in zip(a[col].to_pylist(), b[col].to_pylist()):
+            assert (x is None) == (y is None) and (x is None or abs(x - y) < 1e-4)
+    s = json.loads(stats.read_text())
+    for key in ("tokens_naive", "tokens_computed", "document_tokens_computed", "question_tokens_computed",
+                "tokens_reused", "forward_passes", "pages_total", "pages_peak", "seconds"):
+        assert key in s
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+
+
+def test_filter_output_holds_passing_rows_unchanged(tmp_path, news):
+    out = tmp_path / "f.parquet"
+    assert run_cli("filter", news, "--text-column", "text", "--predicate", "Is this about sport?",
+                 "--threshold", "0", "--limit", "2", "--output", out) == 0
+    assert pq.read_table(out).to_pydict() == {"id": [0, 1], "text": TEXTS[:2]}
+
+
+def test_classify_adds_label_and_probabilities(tmp_path, news):
+    out = tmp_path / "c.parquet"
+    assert run_cli("classify", news, "--text-column", "text", "--label", "sport", "--label", "money",
+                 "--label", "sports news", "--output", out) == 0
+    t = pq.read_table(out)
+    assert t.column_names == ["id", "text", "label", "p_sport", "p_money", "p_sports news"]
+    for row in t.to_pylist():
+        probs = [row["p_sport"], row["p_money"], row["p_sports news"]]
+        assert abs(sum(probs) - 1) < 1e-6
+        assert row["label"] == ["sport", "money", "sports news"][probs.index(max(probs))]
+
+
+def test_join_outputs_prefixed_pairs(tmp_path, news):
+    right = tmp_path / "topics.csv"
+    right.write_text("topic\nfootball\nfinance\n")
+    out = tmp_path / "j.parquet"
+    assert run_cli("join", news, right, "--left-column", "text", "--right-column", "topic",
+                 "--condition", "Document A is about the topic in document B.", "--threshold", "0",
+                 "--output", out) == 0
+    t = pq.read_table(out)
+    assert t.column_names == ["left_id", "left_text", "right_topic", "p_yes"]
+    assert t.num_rows == len(TEXTS) * 2
+
+
+def test_empty_input_gives_empty_output(tmp_path):
+    src, out = tmp_path / "empty.parquet", tmp_path / "o.parquet"
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), src)
+    assert run_cli("filter", src, "--text-column", "text", "--predicate", "Sport?", "--output", out) == 0
+    assert pq.read_table(out).num_rows == 0
+
+
+def test_null_rows_fail_or_are_skipped(tmp_path, capsys):
+    src, out = tmp_path / "nulls.parquet", tmp_path / "o.parquet"
+    pq.write_table(pa.table({"text": ["A football match.", None, "Stocks fell."]}), src)
+    fails(capsys, "filter", src, "--text-column", "text", "--predicate", "Sport?", "--output", out,
+          match="row 1 of column 'text' is NULL")
+    assert not out.exists()
+    stats = tmp_path / "s.json"
+    assert run_cli("filter", src, "--text-column", "text", "--predicate", "Sport?", "--keep-all",
+                 "--on-null", "skip", "--output", out, "--stats", stats) == 0
+    assert pq.read_table(out)["passed"].to_pylist()[1] is None
+    assert json.loads(stats.read_text())["rows_skipped"] == 1
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--text-column", "body", "--predicate", "Sport?"], "no column 'body'"),
+        (["--text-column", "id", "--predicate", "Sport?"], "column 'id' is int64, not text"),
+        (["--text-column", "text"], "give at least one predicate"),
+        (["--text-column", "text", "--predicate", " "], "--predicate 1 is empty"),
+        (["--text-column", "text", "--predicate", "Sport?", "--threshold", "1.5"], "outside [0, 1]"),
+        (["--text-column", "text", "--predicate", "Sport?", "--arena-pages", "2"], "--arena-pages 2 is too small"),
+    ],
+)
+def test_bad_filter_input(tmp_path, news, capsys, argv, match):
+    out = tmp_path / "o.parquet"
+    fails(capsys, "filter", news, *argv, "--output", out, match=match)
+    assert not out.exists() and not list(tmp_path.glob(".o.parquet*"))
+
+
+def test_missing_file_and_empty_text(tmp_path, capsys):
+    fails(capsys, "filter", tmp_path / "nope.csv", "--text-column", "t", "--predicate", "x", "--output",
+          tmp_path / "o.parquet", match="nope.csv: no such file")
+    src = tmp_path / "e.csv"
+    src.write_text('text\n"fine"\n"  "\n')
+    fails(capsys, "filter", src, "--text-column", "text", "--predicate", "x", "--output", tmp_path / "o.parquet",
+          match="row 1 of column 'text' is empty")
+
+
+def test_duplicate_labels(tmp_path, news, capsys):
+    fails(capsys, "classify", news, "--text-column", "text", "--label", "a", "--label", "b", "--label", "a",
+          "--output", tmp_path / "o.parquet", match="duplicate labels ['a']")
+
+
+def test_document_longer_than_context(tmp_path, capsys):
+    src, out, stats = tmp_path / "long.parquet", tmp_path / "o.parquet", tmp_path / "s.json"
+    pq.write_table(pa.table({"text": ["short one", "word " * 8300]}), src)
+    fails(capsys, "filter", src, "--text-column", "text", "--predicate", "Sport?", "--output", out,
+          match="row 1: the document is")
+    assert not out.exists()
+    assert run_cli("filter", src, "--text-column", "text", "--predicate", "Sport?", "--truncate", "--keep-all",
+                 "--output", out, "--stats", stats) == 0
+    assert json.loads(stats.read_text())["rows_truncated"] == 1

@@ -26,7 +26,7 @@ demo: $(VENV)/.demo-model
 		--predicate "Is this article about sport?" \
 		--predicate "Does the article describe a result, a record or a withdrawal?" \
 		--keep-all --output out/sport.parquet --stats out/sport.stats.json
-	$(PY) -c "import pyarrow.parquet as pq; print(pq.read_table('out/sport.parquet').select(['id','topic','passed','p_yes_1','p_yes_2']).to_pandas().to_string() if False else pq.read_table('out/sport.parquet').select(['id','topic','passed','p_yes_1','p_yes_2']))"
+	$(PY) -c "import pyarrow.parquet as pq; [print(r) for r in pq.read_table('out/sport.parquet').select(['id','topic','passed','p_yes_1','p_yes_2']).to_pylist()]"
 	$(VENV)/bin/quail classify examples/news.csv --text-column text \
 		--label sport --label business --label technology --label politics --label entertainment \
 		--output out/topics.parquet --stats out/topics.stats.json

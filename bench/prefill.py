@@ -1,0 +1,86 @@
+"""Engine prefill tokens/s against transformers (bf16, padded batch, logits_to_keep=1) on the same
+batch of documents, and the two-predicate filter's accounting over 200 real documents.
+
+    .venv/bin/python bench/prefill.py [MODEL]
+"""
+
+import inspect
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from quail.executor.model_runner import Chunk
+from quail.executor.sequence import Seq
+from quail.model.registry import embedded_path
+from quail.session import Session
+
+
+def stdlib_documents(n: int, tokenizer, max_tokens: int = 300) -> list[str]:
+    """Real text that every Python install has: docstrings of standard-library functions."""
+    import collections, email, http.client, json as js, os, pathlib, shutil, subprocess, tarfile, zipfile
+
+    docs = []
+    for mod in (os, shutil, subprocess, pathlib, json, js, collections, email, http.client, tarfile, zipfile):
+        for _, obj in inspect.getmembers(mod):
+            doc = inspect.getdoc(obj) if callable(obj) else None
+            if doc and len(doc) > 200 and doc not in docs:
+                docs.append(tokenizer.decode(tokenizer.encode(doc)[:max_tokens]))
+    return docs[:n]
+
+
+def median_seconds(fn, repeats=3):
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main(model="qwen2.5-coder-0.5b"):
+    torch.set_num_threads(torch.get_num_threads())
+    s = Session.open(model, "bfloat16", max_batch_tokens=4096)
+    docs = stdlib_documents(200, s.loaded.tokenizer)
+    batch = [s.layout.document(d) for d in docs[:12]]
+    tokens = sum(map(len, batch))
+    engine = s.engine
+
+    def quail_prefill():
+        seqs = [Seq() for _ in batch]
+        engine.scheduler.runner.run([Chunk(q, ids, [len(ids) - 1]) for q, ids in zip(seqs, batch)])
+        for q in seqs:
+            engine.cache.release(q)
+
+    from transformers import AutoModelForCausalLM
+
+    path = embedded_path(model)
+    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.bfloat16).eval()
+    width = max(map(len, batch))
+    ids = torch.tensor([[0] * (width - len(b)) + b for b in batch])
+    mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch])
+
+    def hf_prefill():
+        with torch.inference_mode():
+            hf(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+
+    quail_prefill(), hf_prefill()  # warm up
+    tq, th = median_seconds(quail_prefill), median_seconds(hf_prefill)
+    print(f"prefill, {len(batch)} documents, {tokens} tokens ({width * len(batch)} padded for transformers):")
+    print(f"  quail        {tokens / tq:8.0f} tok/s  ({tq:.2f} s)")
+    print(f"  transformers {tokens / th:8.0f} tok/s  ({th:.2f} s)   ratio {th / tq:.2f}x")
+
+    preds = ["Does this text describe a function that works with files or directories?",
+             "Does it mention an exception or an error?"]
+    for reuse in (True, False):
+        result, stats = s.filter(docs, preds, reuse=reuse)
+        d = stats.to_dict()
+        keep = ("tokens_naive", "tokens_computed", "tokens_reused", "forward_passes", "seconds")
+        print(f"filter, {len(docs)} documents, 2 predicates, reuse={reuse}: passed {sum(result.passed)}, "
+              f"{json.dumps({k: d[k] for k in keep})}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,7 +1,7 @@
 """Engine prefill tokens/s against transformers (bf16, padded batch, logits_to_keep=1) on the same
 batch of documents, and the two-predicate filter's accounting over 200 real documents.
 
-    .venv/bin/python bench/prefill.py [MODEL]
+    .venv/bin/python bench/prefill.py [MODEL] [N_DOCS]
 """
 
 import inspect
@@ -14,16 +14,22 @@ import torch
 
 from quail.executor.model_runner import Chunk
 from quail.executor.sequence import Seq
+from quail.model.loader import load_weights
 from quail.model.registry import embedded_path
 from quail.session import Session
 
 
 def stdlib_documents(n: int, tokenizer, max_tokens: int = 300) -> list[str]:
     """Real text that every Python install has: docstrings of standard-library functions."""
-    import collections, email, http.client, json as js, os, pathlib, shutil, subprocess, tarfile, zipfile
+    import argparse, asyncio, collections, csv, datetime, email, functools, http.client, inspect as ins
+    import itertools, json as js, logging, os, pathlib, re, shutil, socket, sqlite3, string, subprocess
+    import tarfile, threading, typing, unittest, urllib.request, zipfile
 
+    modules = (os, shutil, subprocess, pathlib, js, collections, email, http.client, tarfile, zipfile, argparse,
+               asyncio, csv, datetime, functools, ins, itertools, logging, re, socket, sqlite3, string,
+               threading, typing, unittest, urllib.request)
     docs = []
-    for mod in (os, shutil, subprocess, pathlib, json, js, collections, email, http.client, tarfile, zipfile):
+    for mod in modules:
         for _, obj in inspect.getmembers(mod):
             doc = inspect.getdoc(obj) if callable(obj) else None
             if doc and len(doc) > 200 and doc not in docs:
@@ -40,10 +46,10 @@ def median_seconds(fn, repeats=3):
     return statistics.median(times)
 
 
-def main(model="qwen2.5-coder-0.5b"):
+def main(model="qwen2.5-coder-0.5b", n_docs="200"):
     torch.set_num_threads(torch.get_num_threads())
     s = Session.open(model, "bfloat16", max_batch_tokens=4096)
-    docs = stdlib_documents(200, s.loaded.tokenizer)
+    docs = stdlib_documents(int(n_docs), s.loaded.tokenizer)
     batch = [s.layout.document(d) for d in docs[:12]]
     tokens = sum(map(len, batch))
     engine = s.engine
@@ -54,10 +60,17 @@ def main(model="qwen2.5-coder-0.5b"):
         for q in seqs:
             engine.cache.release(q)
 
-    from transformers import AutoModelForCausalLM
+    # The baseline a user writes: plain bf16 weights in transformers. The same dequantized weights
+    # as Quail's, not transformers' packed-GGUF path, whose kernels dequantize on every matmul.
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     path = embedded_path(model)
-    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.bfloat16).eval()
+    config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+    hf = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    _, weights, _ = load_weights(model)
+    missing, unexpected = hf.load_state_dict(weights, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    hf.tie_weights()
     width = max(map(len, batch))
     ids = torch.tensor([[0] * (width - len(b)) + b for b in batch])
     mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch])

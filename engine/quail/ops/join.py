@@ -78,7 +78,7 @@ def run_join(
             per_kid = 1 + engine.cache.pages_for(longest)
             fan = max(1, min(fanout, (engine.plan.arena_pages - engine.cache.pages_for(len(anchor))) // per_kid))
             pages = engine.cache.pages_for(len(anchor)) + fan * per_kid
-            programs.append(Program(_anchored(engine, anchor, partners, n_doc, answers, fan), pages, rows=1))
+            programs.append(Program(_anchored(engine, anchor, partners, n_doc, answers, fan), pages))
         else:
             per_pair = engine.cache.pages_for(len(anchor) + longest)
             fan = max(1, min(fanout, engine.plan.arena_pages // per_pair))

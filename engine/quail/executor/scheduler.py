@@ -100,7 +100,7 @@ class Scheduler:
                 waiting.popleft()
                 reserved += program.pages
                 act = _Active(index, program, program.start(claimed), [])
-                self._advance(act, None, results, stats)
+                self._advance(act, None, results)
                 if act.requests:
                     active.append(act)
                 else:
@@ -120,7 +120,7 @@ class Scheduler:
                 if any(r.remaining for r in act.requests):
                     still.append(act)
                     continue
-                self._advance(act, [self._finish(r, stats) for r in act.requests], results, stats)
+                self._advance(act, [self._finish(r, stats) for r in act.requests], results)
                 if act.requests:
                     still.append(act)
                 else:
@@ -131,7 +131,7 @@ class Scheduler:
                 progress(finished_rows, sum(len(c.tokens) for c in chunks))
         return results
 
-    def _advance(self, act: _Active, sent: list[Reads] | None, results: list, stats: Stats) -> None:
+    def _advance(self, act: _Active, sent: list[Reads] | None, results: list) -> None:
         exts = []
         try:
             while not exts:  # a program may yield nothing to do (say, no multi-token labels)

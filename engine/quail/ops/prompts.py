@@ -1,8 +1,9 @@
 """Prompt layout: [chat preamble][document][question][answer cue], the question after the document
 so that the document's KV can be kept while questions change.
 
-Measured on qwen2.5-coder-0.5b (issue 2): a short system prompt and the assistant turn pre-filled
-with "Answer:" beat the model's default system prompt with no cue.
+Measured on qwen2.5-coder-0.5b with bench/accuracy.py (issue 2): with the assistant turn pre-filled
+with "Answer:", "Answer Yes or No." scored 1.00 on the sport filter where "Answer yes or no." scored
+0.80 (it never said yes: mean P(yes) 0.37 on sport items against 0.59).
 """
 
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ class PromptLayout:
         return self.preamble + self.tok.encode(f"Document:\n{text}\n\n")
 
     def yes_no_question(self, question: str) -> list[int]:
-        return self.tok.encode(f"Question: {question}\nAnswer yes or no.") + self.cue
+        return self.tok.encode(f"Question: {question}\nAnswer Yes or No.") + self.cue
 
     def label_question(self, question: str, labels: list[str]) -> list[int]:
         options = ", ".join(labels)

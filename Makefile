@@ -24,7 +24,7 @@ test: $(VENV)/.installed
 demo: $(VENV)/.demo-model
 	$(VENV)/bin/quail filter examples/news.csv --text-column text \
 		--predicate "Is this article about sport?" \
-		--predicate "Does the article describe a result, a record or a withdrawal?" \
+		--predicate "Does the article mention a team or an athlete?" \
 		--keep-all --output out/sport.parquet --stats out/sport.stats.json
 	$(PY) -c "import pyarrow.parquet as pq; [print(r) for r in pq.read_table('out/sport.parquet').select(['id','topic','passed','p_yes_1','p_yes_2']).to_pylist()]"
 	$(VENV)/bin/quail classify examples/news.csv --text-column text \

@@ -24,7 +24,7 @@ class FilterResult:
 
 
 def _chain(engine: Engine, doc, questions, answers, threshold, retain) -> Callable[[Seq | None], object]:
-    ids, n_yes = answers.yes + answers.no, len(answers.yes)
+    ids, n_yes = answers.ids, len(answers.yes)
 
     def program(seq: Seq | None):
         fresh = seq is None
@@ -49,7 +49,7 @@ def _chain(engine: Engine, doc, questions, answers, threshold, retain) -> Callab
 
 
 def _scratch(engine: Engine, doc, questions, answers, threshold) -> Callable[[Seq | None], object]:
-    ids, n_yes = answers.yes + answers.no, len(answers.yes)
+    ids, n_yes = answers.ids, len(answers.yes)
 
     def program(_):
         probs = []

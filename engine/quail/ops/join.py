@@ -17,7 +17,7 @@ class JoinResult:
 
 
 def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout):
-    ids, n_yes = answers.yes + answers.no, len(answers.yes)
+    ids, n_yes = answers.ids, len(answers.yes)
 
     def program(_):
         seq = Seq()
@@ -39,7 +39,7 @@ def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout):
 
 
 def _scratch(engine: Engine, anchor, partners, n_partner_doc, answers, fanout):
-    ids, n_yes = answers.yes + answers.no, len(answers.yes)
+    ids, n_yes = answers.ids, len(answers.yes)
 
     def program(_):
         probs = []

@@ -18,6 +18,11 @@ class AnswerTokens:
     yes: list[int]
     no: list[int]
 
+    @property
+    def ids(self) -> list[int]:
+        """The ids a yes/no prompt reads, yes variants first (the order p_yes expects)."""
+        return self.yes + self.no
+
 
 class PromptLayout:
     def __init__(self, tokenizer: Tokenizer, system: str = SYSTEM):

@@ -45,11 +45,13 @@ class Session:
     def context(self) -> int:
         return self.loaded.config.max_position
 
-    def documents(self, texts: list[str], render, suffix: int, truncate: bool, what: str = "row") -> Documents:
-        """Tokenizes texts; `suffix` is the longest question that follows a document in one prompt."""
+    def documents(self, texts: list[str], render, suffix: int, truncate: bool, rows: list[int] | None = None,
+                  what: str = "row") -> Documents:
+        """Tokenizes texts; `suffix` is the longest question that follows a document in one prompt.
+        `rows` are the input row numbers that errors name (texts may skip rows)."""
         limit = self.context - suffix
         out = Documents([])
-        for i, text in enumerate(texts):
+        for i, text in zip(rows or range(len(texts)), texts):
             tokens = render(text)
             if len(tokens) > limit:
                 if not truncate:
@@ -63,28 +65,29 @@ class Session:
         return out
 
     def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=False, truncate=False,
-               progress=None) -> tuple[FilterResult, Stats]:
+               progress=None, rows=None) -> tuple[FilterResult, Stats]:
         questions = [self.layout.yes_no_question(p) for p in predicates]
-        docs = self.documents(texts, self.layout.document, max(map(len, questions)), truncate)
+        docs = self.documents(texts, self.layout.document, max(map(len, questions)), truncate, rows)
         result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
                                    reuse, retain, progress)
         stats.rows_truncated = docs.truncated
         return result, stats
 
     def classify(self, texts, labels, question=None, reuse=True, retain=False, truncate=False,
-                 progress=None) -> tuple[ClassifyResult, Stats]:
+                 progress=None, rows=None) -> tuple[ClassifyResult, Stats]:
         q = self.layout.label_question(question or "Which category does the document belong to?", labels)
         label_tokens = [self.layout.label(label) for label in labels]
-        docs = self.documents(texts, self.layout.document, len(q) + max(map(len, label_tokens)), truncate)
+        docs = self.documents(texts, self.layout.document, len(q) + max(map(len, label_tokens)), truncate, rows)
         result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, reuse, retain, progress)
         stats.rows_truncated = docs.truncated
         return result, stats
 
-    def join(self, left, right, condition, reuse=True, truncate=False, progress=None) -> tuple[JoinResult, Stats]:
+    def join(self, left, right, condition, reuse=True, truncate=False, progress=None, left_rows=None,
+             right_rows=None) -> tuple[JoinResult, Stats]:
         cond = self.layout.pair_question(condition)
         half = (self.context - len(cond)) // 2  # the context is split evenly between the two documents
-        partners = self.documents(right, self.layout.partner, self.context - half, truncate, "right row")
-        anchors = self.documents(left, self.layout.anchor, half + len(cond), truncate, "left row")
+        partners = self.documents(right, self.layout.partner, self.context - half, truncate, right_rows, "right row")
+        anchors = self.documents(left, self.layout.anchor, half + len(cond), truncate, left_rows, "left row")
         result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers, reuse,
                                  progress)
         stats.rows_truncated = anchors.truncated + partners.truncated

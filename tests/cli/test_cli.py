@@ -147,10 +147,12 @@ def test_duplicate_labels(tmp_path, news, capsys):
 
 def test_document_longer_than_context(tmp_path, capsys):
     src, out, stats = tmp_path / "long.parquet", tmp_path / "o.parquet", tmp_path / "s.json"
-    pq.write_table(pa.table({"text": ["short one", "word " * 8300]}), src)
-    fails(capsys, "filter", src, "--text-column", "text", "--predicate", "Sport?", "--output", out,
-          match="row 1: the document is")
+    pq.write_table(pa.table({"text": ["short one", None, "word " * 8300]}), src)
+    # the error names the input row, also when --on-null skip left a row out before it
+    fails(capsys, "filter", src, "--text-column", "text", "--predicate", "Sport?", "--on-null", "skip",
+          "--output", out, match="row 2: the document is")
     assert not out.exists()
+    pq.write_table(pa.table({"text": ["short one", "word " * 8300]}), src)
     assert run_cli("filter", src, "--text-column", "text", "--predicate", "Sport?", "--truncate", "--keep-all",
                  "--output", out, "--stats", stats) == 0
     assert json.loads(stats.read_text())["rows_truncated"] == 1

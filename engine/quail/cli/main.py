@@ -119,7 +119,7 @@ def _run_filter(session, args, inputs, progress):
     [(table, texts, rows)] = inputs
     progress = progress(len(texts), "filter")
     result, stats = session.filter(texts, args.predicate, args.threshold, args.limit, not args.no_reuse,
-                                   truncate=args.truncate, progress=progress)
+                                   truncate=args.truncate, progress=progress, rows=rows)
     stats.rows_skipped = table.num_rows - len(texts)
     done = rows[: len(result.passed)]
     passing = [r for r, ok in zip(done, result.passed) if ok]
@@ -139,7 +139,7 @@ def _run_filter(session, args, inputs, progress):
 def _run_classify(session, args, inputs, progress):
     [(table, texts, rows)] = inputs
     result, stats = session.classify(texts, args.label, args.question, not args.no_reuse, truncate=args.truncate,
-                                     progress=progress(len(texts), "classify"))
+                                     progress=progress(len(texts), "classify"), rows=rows)
     stats.rows_skipped = table.num_rows - len(texts)
     n = table.num_rows
     extra = {"label": pa.array(_scatter([args.label[i] for i in result.labels], rows, n), pa.string())}
@@ -151,7 +151,7 @@ def _run_classify(session, args, inputs, progress):
 def _run_join(session, args, inputs, progress):
     [(left, ltexts, lrows), (right, rtexts, rrows)] = inputs
     result, stats = session.join(ltexts, rtexts, args.condition, not args.no_reuse, truncate=args.truncate,
-                                 progress=progress(len(ltexts), "join"))
+                                 progress=progress(len(ltexts), "join"), left_rows=lrows, right_rows=rrows)
     stats.rows_skipped = (left.num_rows - len(ltexts)) + (right.num_rows - len(rtexts))
     pairs = [(lrows[i], rrows[j], p) for i, ps in enumerate(result.p_yes) for j, p in enumerate(ps)
              if p >= args.threshold]

@@ -192,7 +192,7 @@ def run(argv=None) -> int:
         _models(args)
         return 0
     _check_params(args)
-    if Path(args.output).exists() and Path(args.output).is_dir():
+    if Path(args.output).is_dir():
         raise QuailError(f"--output {args.output} is a directory")
     import torch
 

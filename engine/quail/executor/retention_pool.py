@@ -37,6 +37,13 @@ class RetentionPool:
         seq.fresh, seq.credits = 0, {}
         self._entries[key] = seq
 
+    def keep_or_release(self, doc: list[int], seq: Seq, keep: bool) -> None:
+        """Ends an operator's use of a document's KV: kept for a later operator, or freed."""
+        if keep:
+            self.put(document_key(doc), seq)
+        else:
+            self.cache.release(seq)
+
     def take(self, key: str) -> Seq | None:
         seq = self._entries.pop(key, None)
         if seq is not None:

@@ -89,11 +89,15 @@ class Scheduler:
             while waiting:
                 index, program = waiting[0]
                 claimed = self.pool.take(program.claim) if program.claim else None
-                if reserved + program.pages > total - self.pool.pages:
+
+                def fits() -> bool:
+                    return reserved + program.pages <= total - self.pool.pages
+
+                if not fits():
                     next_use = {p.claim: i for i, p in reversed(waiting) if p.claim}
-                    while reserved + program.pages > total - self.pool.pages and self.pool.evict_one(next_use):
+                    while not fits() and self.pool.evict_one(next_use):
                         pass
-                if reserved + program.pages > total - self.pool.pages:
+                if not fits():
                     if claimed is not None:
                         self.pool.put(program.claim, claimed)
                     break

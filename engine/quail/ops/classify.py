@@ -42,10 +42,7 @@ def _rewinding(engine: Engine, doc, question, labels, retain):
             scores[i] += float(sum(x[0] for x in r))
             engine.cache.release(c)
         engine.cache.rewind(seq, len(doc))
-        if retain:
-            engine.pool.put(document_key(doc), seq)
-        else:
-            engine.cache.release(seq)
+        engine.pool.keep_or_release(doc, seq, retain)
         return label_probabilities(scores)
 
     return program

@@ -39,10 +39,7 @@ def _chain(engine: Engine, doc, questions, answers, threshold, retain) -> Callab
             if probs[-1] < threshold:
                 break
         passed = len(probs) == len(questions) and probs[-1] >= threshold
-        if passed and retain:
-            engine.pool.put(document_key(doc), seq)
-        else:
-            engine.cache.release(seq)
+        engine.pool.keep_or_release(doc, seq, passed and retain)
         return probs
 
     return program

@@ -7,7 +7,8 @@
 from dataclasses import dataclass
 
 from quail.errors import QuailError
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalPlan, Reuse
+from quail.executor.retention_pool import Retain
 from quail.executor.stats import Stats
 from quail.model.loader import LoadedModel, load_model
 from quail.model.registry import DEFAULT_MODEL
@@ -15,6 +16,20 @@ from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import PromptLayout
+
+
+def _reuse(reuse: bool | Reuse) -> Reuse:
+    """True: every mechanism; False: compute every prompt from scratch."""
+    if isinstance(reuse, Reuse):
+        return reuse
+    return Reuse() if reuse else Reuse.none()
+
+
+def _retain(retain: bool | Retain | None) -> Retain | None:
+    """True: keep the documents' KV for any later operator of this session, until cleared."""
+    if retain is True:
+        return Retain()
+    return retain or None
 
 
 @dataclass
@@ -64,31 +79,32 @@ class Session:
             out.tokens.append(tokens)
         return out
 
-    def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=False, truncate=False,
+    def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
                progress=None, rows=None) -> tuple[FilterResult, Stats]:
         questions = [self.layout.yes_no_question(p) for p in predicates]
         docs = self.documents(texts, self.layout.document, max(map(len, questions)), truncate, rows)
         result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
-                                   reuse, retain, progress)
+                                   _reuse(reuse), _retain(retain), progress)
         stats.rows_truncated = docs.truncated
         return result, stats
 
-    def classify(self, texts, labels, question=None, reuse=True, retain=False, truncate=False,
+    def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
                  progress=None, rows=None) -> tuple[ClassifyResult, Stats]:
         q = self.layout.label_question(question or "Which category does the document belong to?", labels)
         label_tokens = [self.layout.label(label) for label in labels]
         docs = self.documents(texts, self.layout.document, len(q) + max(map(len, label_tokens)), truncate, rows)
-        result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, reuse, retain, progress)
+        result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, _reuse(reuse), _retain(retain),
+                                     progress)
         stats.rows_truncated = docs.truncated
         return result, stats
 
-    def join(self, left, right, condition, reuse=True, truncate=False, progress=None, left_rows=None,
+    def join(self, left, right, condition, reuse=True, retain=None, truncate=False, progress=None, left_rows=None,
              right_rows=None) -> tuple[JoinResult, Stats]:
         cond = self.layout.pair_question(condition)
         half = (self.context - len(cond)) // 2  # the context is split evenly between the two documents
         partners = self.documents(right, self.layout.partner, self.context - half, truncate, right_rows, "right row")
-        anchors = self.documents(left, self.layout.anchor, half + len(cond), truncate, left_rows, "left row")
-        result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers, reuse,
-                                 progress)
+        anchors = self.documents(left, self.layout.document, half + len(cond), truncate, left_rows, "left row")
+        result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers,
+                                 _reuse(reuse), _retain(retain), progress)
         stats.rows_truncated = anchors.truncated + partners.truncated
         return result, stats

@@ -2,11 +2,13 @@
 
 import numpy as np
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalPlan, Reuse
+from quail.executor.retention_pool import Retain
 from quail.ops.filter import run_filter
 from quail.ops.prompts import AnswerTokens
 
 ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+NONE = Reuse.none()
 
 
 def _docs(n, length, seed=0):
@@ -37,7 +39,7 @@ def test_no_reuse_computes_the_naive_count(tiny_llama):
     # a threshold at the median of the first predicate's scores: chain mode stops half of the rows
     threshold = float(np.median([p[0] for p in everyone.p_yes]))
     chained, s1 = run_filter(engine, docs, questions, ANSWERS, threshold)
-    scratch, s2 = run_filter(engine, docs, questions, ANSWERS, threshold, reuse=False)
+    scratch, s2 = run_filter(engine, docs, questions, ANSWERS, threshold, reuse=NONE)
     assert 0 < sum(p[1] is None for p in chained.p_yes) < len(docs)
     assert chained.passed == scratch.passed
     for a, b in zip(chained.p_yes, scratch.p_yes):

@@ -3,13 +3,15 @@
 import numpy as np
 import pytest
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalPlan, Reuse
+from quail.executor.retention_pool import Retain
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
 from quail.ops.prompts import AnswerTokens
 
 ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+NONE = Reuse.none()
 # labels that share first tokens, of one, two and three tokens
 LABELS = [[20], [20, 21], [20, 21, 22], [30, 31]]
 
@@ -35,7 +37,7 @@ def test_classify_teacher_forcing_with_shared_first_tokens(engine):
     docs = _docs(12, 5, 60, seed=3)
     question = [9, 10, 11]
     a, s1 = run_classify(engine, docs, question, LABELS)
-    b, s2 = run_classify(engine, docs, question, LABELS, reuse=False)
+    b, s2 = run_classify(engine, docs, question, LABELS, reuse=NONE)
     np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-5)
     assert a.labels == b.labels
     assert s1.tokens_naive == s2.tokens_naive == s2.tokens_computed
@@ -51,7 +53,7 @@ def test_join_rewinds_the_anchor_for_each_partner(engine):
     anchors, partners = _docs(5, 10, 50, seed=4), _docs(7, 3, 30, seed=5)
     condition = [12, 13, 14]
     a, s1 = run_join(engine, anchors, partners, condition, ANSWERS)
-    b, s2 = run_join(engine, anchors, partners, condition, ANSWERS, reuse=False)
+    b, s2 = run_join(engine, anchors, partners, condition, ANSWERS, reuse=NONE)
     np.testing.assert_allclose(a.p_yes, b.p_yes, atol=1e-5)
     _accounted(s1)
     assert s1.tokens_naive == s2.tokens_computed
@@ -62,12 +64,12 @@ def test_classify_after_filter_reuses_retained_document_kv(tiny_llama):
     engine = Engine(tiny_llama, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
     docs = _docs(10, 20, 70, seed=6)
     questions = [[9, 10], [11, 12, 13]]
-    passed, s_f = run_filter(engine, docs, questions, ANSWERS, threshold=0.0, retain=True)
+    passed, s_f = run_filter(engine, docs, questions, ANSWERS, threshold=0.0, retain=Retain())
     assert all(passed.passed) and len(engine.pool) == len(docs)
     question = [14, 15]
     a, s_c = run_classify(engine, docs, question, LABELS)
     assert len(engine.pool) == 0
-    b, _ = run_classify(engine, docs, question, LABELS, reuse=False)
+    b, _ = run_classify(engine, docs, question, LABELS, reuse=NONE)
     np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-5)
     assert s_c.tokens_reused["retention"] == sum(len(d) for d in docs)
     assert s_c.document_tokens_computed == 0
@@ -78,9 +80,9 @@ def test_classify_after_filter_reuses_retained_document_kv(tiny_llama):
 def test_eviction_keeps_what_waiting_work_claims_soonest(tiny_llama):
     engine = Engine(tiny_llama, PhysicalPlan(arena_pages=40, max_batch_tokens=256))
     docs = _docs(8, 40, 48, seed=10)  # 3-4 pages each
-    run_filter(engine, docs, [[9]], ANSWERS, threshold=0.0, retain=True)
+    run_filter(engine, docs, [[9]], ANSWERS, threshold=0.0, retain=Retain())
     a, stats = run_classify(engine, docs, [14, 15], LABELS)
-    b, _ = run_classify(engine, docs, [14, 15], LABELS, reuse=False)
+    b, _ = run_classify(engine, docs, [14, 15], LABELS, reuse=NONE)
     np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-5)
     assert 0 < stats.tokens_reused["retention"] < sum(len(d) for d in docs)
     _accounted(stats)
@@ -90,11 +92,11 @@ def test_eviction_keeps_what_waiting_work_claims_soonest(tiny_llama):
 def test_retained_kv_is_evicted_when_admission_needs_pages(tiny_llama):
     engine = Engine(tiny_llama, PhysicalPlan(arena_pages=24, max_batch_tokens=128))
     docs = _docs(6, 40, 60, seed=7)
-    run_filter(engine, docs, [[9]], ANSWERS, threshold=0.0, retain=True)
+    run_filter(engine, docs, [[9]], ANSWERS, threshold=0.0, retain=Retain())
     assert engine.pool.pages > 0
     other = _docs(6, 40, 60, seed=8)
     a, _ = run_filter(engine, other, [[9]], ANSWERS)
-    b, _ = run_filter(engine, other, [[9]], ANSWERS, reuse=False)
+    b, _ = run_filter(engine, other, [[9]], ANSWERS, reuse=NONE)
     np.testing.assert_allclose([p[0] for p in a.p_yes], [p[0] for p in b.p_yes], atol=1e-5)
     engine.pool.clear()
     assert engine.free_pages == 24

@@ -4,6 +4,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from quail.cost import retention
+from quail.cost.model import CostModel
+from quail.executor.calibration import calibrated
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.model_runner import ModelRunner
 from quail.executor.retention_pool import RetentionPool
@@ -11,6 +14,7 @@ from quail.executor.scheduler import Program, Scheduler
 from quail.executor.stats import Stats
 from quail.kv import PAGE_SIZE, KVArena, PageArena
 from quail.model.llama import LlamaModel
+from quail.planner.prefix_tree import PrefixTree
 
 DEFAULT_CPU_BUDGET = 1 << 30  # bytes of KV when neither --arena-pages nor a budget is given
 
@@ -32,26 +36,81 @@ class PhysicalPlan:
         return cls(arena_pages=arena_pages, max_batch_tokens=max_batch_tokens)
 
 
+@dataclass(frozen=True)
+class Reuse:
+    """Each mechanism can be switched off on its own, for checks; answers never depend on them."""
+
+    rewind: bool = True
+    sharing: bool = True
+    retention: bool = True
+    borrowing: bool = True
+
+    @classmethod
+    def none(cls) -> "Reuse":
+        return cls(False, False, False, False)
+
+
 class Engine:
-    def __init__(self, model: LlamaModel, plan: PhysicalPlan):
+    def __init__(self, model: LlamaModel, plan: PhysicalPlan, cost: CostModel | None = None):
         cfg = model.cfg
         self.model = model
         self.plan = plan
+        self.cost = cost or calibrated(model, plan.max_batch_tokens)
         pages = PageArena(plan.arena_pages, plan.page_size)
         kv = KVArena(cfg.num_layers, plan.arena_pages, cfg.num_kv_heads, cfg.head_dim, model.dtype, model.device)
         self.cache = PagedKVCache(pages, kv)
-        self.pool = RetentionPool(self.cache)
-        self.scheduler = Scheduler(ModelRunner(model, self.cache), self.cache, self.pool, plan.max_batch_tokens)
+        self.pool = RetentionPool(self.cache, retention.capacity(plan.arena_pages, plan.max_batch_tokens,
+                                                                 plan.page_size), self.cost)
+        runner = ModelRunner(model, self.cache)
+        self.scheduler = Scheduler(runner, self.cache, self.pool, self.cost, plan.max_batch_tokens)
 
     @property
     def free_pages(self) -> int:
         return self.cache.pages.num_free
 
-    def run(self, programs: list[Program], progress: Callable[[int, int], None] | None = None) -> tuple[list, Stats]:
+    def sharing_plan(self, docs: list[list[int]]) -> PrefixTree:
+        """The PrefixTree with the prefix sharing rule applied to each document's shared pages."""
+        tree = PrefixTree.build(docs, self.plan.page_size)
+        worthless = {i for i, s in enumerate(tree.shared)
+                     if s and not self.cost.sharing_saves(s, s // self.plan.page_size)}
+        return tree.without(worthless) if worthless else tree
+
+    def run(self, programs: list[Program], progress: Callable[[int, int], None] | None = None,
+            reuse: Reuse = Reuse()) -> tuple[list, Stats]:
         stats = Stats(pages_total=self.plan.arena_pages)
         self.cache.pages.peak_used = self.cache.pages.num_used
         start = time.perf_counter()
-        results = self.scheduler.run(programs, stats, progress)
+        # identical documents are computed once and their answers fanned out (counted as prefix reuse)
+        first: dict[str, int] = {}
+        copies: list[tuple[int, int]] = []
+        unique: list[int] = []
+        for i, p in enumerate(programs):
+            key = p.key if reuse.sharing else None
+            if key is not None and key in first:
+                copies.append((i, first[key]))
+            else:
+                if key is not None:
+                    first[key] = len(unique)
+                unique.append(i)
+        todo = [programs[i] for i in unique]
+        docs = [p.doc for p in todo]
+        tree = (self.sharing_plan(docs) if reuse.sharing and all(d is not None for d in docs)
+                else PrefixTree.flat(len(todo)))
+        out = self.scheduler.run(todo, tree, stats, reuse.borrowing, progress)
+        results = [None] * len(programs)
+        for k, i in enumerate(unique):
+            results[i] = out.results[k]
+        for i, k in copies:
+            results[i] = out.results[k]
+            stats.tokens_naive += out.naive[k].tokens_naive
+            stats.tokens_reused["prefix"] += out.naive[k].tokens_naive
+            for name, s in out.naive_steps[k].items():
+                step = stats.step(name)
+                step.tokens_naive += s.tokens_naive
+                step.prompts += s.prompts
+            if progress is not None:
+                progress(programs[i].rows, 0)
+        stats.duplicates = len(copies)
         stats.seconds = time.perf_counter() - start
         stats.pages_peak = self.cache.pages.peak_used
         stats.check()

@@ -40,14 +40,27 @@ class PagedKVCache:
         del seq.tokens[length:]
         seq.fresh = min(seq.fresh, length)
 
-    def fork(self, seq: Seq) -> Seq:
+    def fork(self, seq: Seq, copy_credits: bool = False) -> Seq:
         """A child that references all of seq's pages. The accounting state moves to the child, so
-        the first prompt evaluated on top of seq is charged for seq's fresh tokens exactly once."""
+        the first prompt evaluated on top of seq is charged for seq's fresh tokens exactly once.
+        copy_credits: every child is credited with what seq received from another mechanism (for
+        prompts computed without rewinding on a shared or retained base)."""
         for page in seq.pages:
             self.pages.incref(page)
         child = Seq(list(seq.tokens), list(seq.pages), seq.fresh, dict(seq.credits))
-        seq.fresh, seq.credits = 0, {}
+        seq.fresh = 0
+        if not copy_credits:
+            seq.credits = {}
         return child
+
+    def prefix(self, seq: Seq, length: int) -> Seq:
+        """A new sequence referencing seq's first `length` tokens (whole pages), credited as shared."""
+        if length % self.page_size or length > len(seq):
+            raise ValueError(f"a shared prefix is whole pages within the sequence, got {length} of {len(seq)}")
+        pages = seq.pages[: length // self.page_size]
+        for page in pages:
+            self.pages.incref(page)
+        return Seq(seq.tokens[:length], list(pages), 0, {"prefix": length})
 
     def release(self, seq: Seq) -> None:
         self.rewind(seq, 0)

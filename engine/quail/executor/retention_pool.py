@@ -1,15 +1,17 @@
-"""Document KV kept after an operator for a later compatible one in the same session.
+"""Document KV kept after an operator for later compatible operators (the seed's KV retention).
 
-Entries are keyed by the document's token ids. When admission needs pages, an entry that no waiting
-work will claim goes first (oldest first), then the one whose claim comes latest; issue 3 puts
-cost/retention.py's priority in front of that order.
+Each entry carries its priority from cost/retention.py. The pool holds at most `capacity` pages (the
+arena minus two forward passes); a full pool, or admission borrowing pages, removes the lowest
+priority first and, among equal priorities, the entry whose next use comes latest.
 """
 
 import hashlib
-from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
+from quail.cost import retention
+from quail.cost.model import CostModel
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.sequence import Seq
 
@@ -18,48 +20,113 @@ def document_key(tokens: list[int]) -> str:
     return hashlib.sha1(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Retain:
+    """What an operator keeps of its documents' KV, for whom, and how likely they read it."""
+
+    consumers: frozenset[str] | None = None  # later operators that may claim it; None: until cleared
+    passed: float = 1.0  # probability of reuse of a kept document (for a filter: one that passed)
+    failed: float = 0.0  # a filter's failing documents: kept only when a consumer reads the filter's input
+
+
+@dataclass
+class _Entry:
+    seq: Seq
+    probability: float
+    seconds: float  # to recompute it
+    consumers: frozenset[str] | None
+
+    def priority(self, probability: float | None = None) -> float:
+        p = self.probability if probability is None else probability
+        return retention.priority(p, self.seconds, len(self.seq.pages))
+
+
 class RetentionPool:
-    def __init__(self, cache: PagedKVCache):
+    def __init__(self, cache: PagedKVCache, capacity: int, cost: CostModel):
         self.cache = cache
-        self._entries: OrderedDict[str, Seq] = OrderedDict()
+        self.capacity = capacity
+        self.cost = cost
+        self._entries: dict[str, _Entry] = {}
+        self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
     @property
     def pages(self) -> int:
-        return sum(len(s.pages) for s in self._entries.values())
+        return sum(len(e.seq.pages) for e in self._entries.values())
 
-    def put(self, key: str, seq: Seq) -> None:
+    def pages_of(self, key: str | None) -> int:
+        e = self._entries.get(key) if key else None
+        return len(e.seq.pages) if e else 0
+
+    def keep_or_release(self, doc: list[int], seq: Seq, retain: Retain | None, passed: bool = True) -> None:
+        """Ends an operator's use of a document's KV: kept for later operators, or freed.
+        A sequence that holds less than the whole document is never kept."""
+        probability = 0.0 if retain is None else retain.passed if passed else retain.failed
+        if probability <= 0 or seq.tokens != doc:
+            self.cache.release(seq)
+            return
+        self.put(document_key(doc), seq, probability, retain.consumers)
+
+    def put(self, key: str, seq: Seq, probability: float = 1.0, consumers: frozenset[str] | None = None) -> bool:
         old = self._entries.pop(key, None)
         if old is not None:
-            self.cache.release(old)
+            self.cache.release(old.seq)
         seq.fresh, seq.credits = 0, {}
-        self._entries[key] = seq
-
-    def keep_or_release(self, doc: list[int], seq: Seq, keep: bool) -> None:
-        """Ends an operator's use of a document's KV: kept for a later operator, or freed."""
-        if keep:
-            self.put(document_key(doc), seq)
-        else:
+        entry = _Entry(seq, probability, self.cost.prefill_seconds(len(seq)), consumers)
+        need = self.pages + len(seq.pages) - self.capacity
+        if need > 0 and not self.borrow(need, entry.priority()):
             self.cache.release(seq)
-
-    def take(self, key: str) -> Seq | None:
-        seq = self._entries.pop(key, None)
-        if seq is not None:
-            seq.credits = {"retention": len(seq)}
-        return seq
-
-    def evict_one(self, next_use: dict[str, int] | None = None) -> bool:
-        """next_use: key -> how soon waiting work claims it (smaller is sooner)."""
-        if not self._entries:
             return False
-        next_use = next_use or {}
-        never = next((k for k in self._entries if k not in next_use), None)
-        key = never if never is not None else max(self._entries, key=next_use.__getitem__)
-        self.cache.release(self._entries.pop(key))
+        self._entries[key] = entry
         return True
 
+    def take(self, key: str) -> Seq | None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        entry.seq.credits = {"retention": len(entry.seq)}
+        return entry.seq
+
+    def _eviction_order(self, next_use: dict[str, int]) -> list[str]:
+        """Lowest priority first; work waiting in this job will certainly read what it claims."""
+        def rank(key):
+            e = self._entries[key]
+            soon = next_use.get(key)
+            return (e.priority(1.0 if soon is not None else None), -(soon if soon is not None else 1 << 62))
+
+        return sorted(self._entries, key=rank)
+
+    def borrow(self, pages: int, worth: float | None, next_use: dict[str, int] | None = None) -> bool:
+        """Frees at least `pages` by evicting entries worth less than `worth` per page (None: any)."""
+        next_use = next_use or {}
+        freed = 0
+        for key in self._eviction_order(next_use):
+            if freed >= pages:
+                break
+            e = self._entries[key]
+            if worth is not None and e.priority(1.0 if key in next_use else None) >= worth:
+                break
+            freed += len(e.seq.pages)
+            self.cache.release(self._entries.pop(key).seq)
+            self.evictions += 1
+        return freed >= pages
+
+    def consumed(self, operator: str) -> None:
+        """The retention schedule: after `operator` ran, KV that no later operator can claim is freed."""
+        for key in list(self._entries):
+            e = self._entries[key]
+            if e.consumers is None:
+                continue
+            e.consumers = e.consumers - {operator}
+            if not e.consumers:
+                self.cache.release(self._entries.pop(key).seq)
+
     def clear(self) -> None:
-        while self.evict_one():
-            pass
+        for e in self._entries.values():
+            self.cache.release(e.seq)
+        self._entries.clear()

@@ -25,6 +25,7 @@ class Stats:
     seconds: float = 0.0
     rows_truncated: int = 0
     rows_skipped: int = 0
+    duplicates: int = 0  # documents identical to an earlier one: computed once, answers fanned out
     steps: dict[str, StepStats] = field(default_factory=dict)
 
     def step(self, name: str | None) -> StepStats | None:
@@ -34,7 +35,7 @@ class Stats:
 
     def merge(self, other: "Stats") -> "Stats":
         for name in ("tokens_naive", "tokens_computed", "document_tokens_computed", "question_tokens_computed",
-                     "forward_passes", "seconds", "rows_truncated", "rows_skipped"):
+                     "forward_passes", "seconds", "rows_truncated", "rows_skipped", "duplicates"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mech in MECHANISMS:
             self.tokens_reused[mech] += other.tokens_reused[mech]

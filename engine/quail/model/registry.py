@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quail.errors import QuailError
+from quail.paths import home
 
 WHEELS = Path(__file__).parent / "wheels"
 
@@ -46,7 +47,7 @@ _verified: set[Path] = set()
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("QUAIL_HOME", Path.home() / ".cache" / "quail")) / "models"
+    return home() / "models"
 
 
 def _package_dir(name: str) -> Path | None:

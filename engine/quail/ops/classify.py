@@ -3,8 +3,8 @@ rewound document+question state, so labels sharing a first token are told apart 
 
 from dataclasses import dataclass, field
 
-from quail.executor.engine import Engine
-from quail.executor.retention_pool import document_key
+from quail.executor.engine import Engine, Reuse
+from quail.executor.retention_pool import Retain
 from quail.executor.scheduler import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
@@ -17,10 +17,10 @@ class ClassifyResult:
     labels: list[int] = field(default_factory=list)  # index of the best label per row
 
 
-def _teacher_forced(labels: list[list[int]], i: int) -> Extend | None:
-    """The extension that reads label i's tokens after its first; None for a one-token label."""
+def _teacher_forced(labels: list[list[int]], i: int) -> list[tuple[int, list[int]]]:
+    """The reads that score label i's tokens after its first."""
     label = labels[i]
-    return [(j, [label[j + 1]]) for j in range(len(label) - 1)] if len(label) > 1 else None
+    return [(j, [label[j + 1]]) for j in range(len(label) - 1)]
 
 
 def _rewinding(engine: Engine, doc, question, labels, retain):
@@ -28,13 +28,13 @@ def _rewinding(engine: Engine, doc, question, labels, retain):
     multi = [i for i in range(len(labels)) if len(labels[i]) > 1]
 
     def program(seq: Seq | None):
-        fresh = seq is None
         seq = seq or Seq()
-        tokens = (doc if fresh else []) + question
+        have = len(seq)
+        tokens = doc[have:] + question
         # A prompt of its own only if some label is one token long; otherwise it is the shared
         # head of the multi-token labels' prompts, charged to the first of them.
         prompt = len(multi) < len(labels)
-        [[first]] = yield [Extend(seq, tokens, [(len(tokens) - 1, firsts)], len(doc) if fresh else 0, prompt)]
+        [[first]] = yield [Extend(seq, tokens, [(len(tokens) - 1, firsts)], len(doc) - have, prompt)]
         scores = first.astype(float).tolist()
         children = [engine.cache.fork(seq) for _ in multi]
         reads = yield [Extend(c, labels[i][:-1], _teacher_forced(labels, i)) for c, i in zip(children, multi)]
@@ -48,21 +48,30 @@ def _rewinding(engine: Engine, doc, question, labels, retain):
     return program
 
 
-def _scratch(engine: Engine, doc, question, labels):
+def _scratch(engine: Engine, doc, question, labels, retain):
+    """Every label's prompt from the document's start, or from the reused prefix it was handed."""
     firsts = [label[0] for label in labels]
     multi = [i for i in range(len(labels)) if len(labels[i]) > 1]
 
-    def program(_):
-        head = doc + question
+    def program(base: Seq | None):
+        def start():
+            seq = engine.cache.fork(base, copy_credits=True) if base else Seq()
+            return seq, doc[len(seq):] + question
+
+        have = len(base) if base else 0
         requests = []
         if len(multi) < len(labels):
-            requests.append(Extend(Seq(), head, [(len(head) - 1, firsts)], len(doc)))
+            seq, head = start()
+            requests.append(Extend(seq, head, [(len(head) - 1, firsts)], len(doc) - have))
         for i in multi:
+            seq, head = start()
             reads = [(len(head) - 1, [labels[i][0]])] + [(len(head) + j, ids) for j, ids in _teacher_forced(labels, i)]
-            requests.append(Extend(Seq(), head + labels[i][:-1], reads, len(doc)))
+            requests.append(Extend(seq, head + labels[i][:-1], reads, len(doc) - have))
         out = yield requests
         for r in requests:
             engine.cache.release(r.seq)
+        if base is not None:
+            engine.pool.keep_or_release(doc, base, retain)
         scores = out[0][0].astype(float).tolist() if len(multi) < len(labels) else [0.0] * len(labels)
         for i, reads in zip(multi, out[len(out) - len(multi) :]):
             scores[i] = float(sum(x[0] for x in reads))
@@ -76,21 +85,23 @@ def run_classify(
     docs: list[list[int]],
     question: list[int],
     labels: list[list[int]],
-    reuse: bool = True,
-    retain: bool = False,
+    reuse: Reuse = Reuse(),
+    retain: Retain | None = None,
     progress=None,
 ) -> tuple[ClassifyResult, Stats]:
     n_multi = sum(len(label) > 1 for label in labels)
     longest = max(len(label) for label in labels)
+    retain = retain if reuse.retention else None
     programs = []
     for doc in docs:
         head = engine.cache.pages_for(len(doc) + len(question))
-        if reuse:
+        if reuse.rewind:
             pages = head + n_multi * (1 + engine.cache.pages_for(longest))
-            programs.append(Program(_rewinding(engine, doc, question, labels, retain), pages, document_key(doc)))
+            start = _rewinding(engine, doc, question, labels, retain)
         else:
-            pages = (1 + n_multi) * engine.cache.pages_for(len(doc) + len(question) + longest)
-            programs.append(Program(_scratch(engine, doc, question, labels), pages))
-    probs, stats = engine.run(programs, progress)
+            pages = (1 + n_multi) * engine.cache.pages_for(len(doc) + len(question) + longest) + 1
+            start = _scratch(engine, doc, question, labels, retain)
+        programs.append(Program(start, pages, doc))
+    probs, stats = engine.run(programs, progress, reuse)
     best = [max(range(len(p)), key=p.__getitem__) for p in probs]
     return ClassifyResult(probs, best), stats

@@ -5,11 +5,10 @@ keep the document's KV, drop the question's, ask the next question on the same s
 the document's KV when it fails or nothing later needs it.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from quail.executor.engine import Engine
-from quail.executor.retention_pool import document_key
+from quail.executor.engine import Engine, Reuse
+from quail.executor.retention_pool import Retain
 from quail.executor.scheduler import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
@@ -23,41 +22,47 @@ class FilterResult:
     passed: list[bool] = field(default_factory=list)
 
 
-def _chain(engine: Engine, doc, questions, answers, threshold, retain) -> Callable[[Seq | None], object]:
+def _passed(probs: list[float], questions: list, threshold: float) -> bool:
+    return len(probs) == len(questions) and probs[-1] >= threshold
+
+
+def _chain(engine: Engine, doc, questions, answers, threshold, retain):
     ids, n_yes = answers.ids, len(answers.yes)
 
     def program(seq: Seq | None):
-        fresh = seq is None
         seq = seq or Seq()
         probs = []
         for i, q in enumerate(questions):
-            tokens = (doc if fresh and i == 0 else []) + q
-            n_doc = len(doc) if fresh and i == 0 else 0
-            [[lp]] = yield [Extend(seq, tokens, [(len(tokens) - 1, ids)], n_doc, step=f"predicate_{i + 1}")]
+            have = len(seq)  # the first question: a retained or shared prefix; then the whole document
+            tokens = doc[have:] + q
+            [[lp]] = yield [Extend(seq, tokens, [(len(tokens) - 1, ids)], len(doc) - have, step=f"predicate_{i + 1}")]
             probs.append(p_yes(lp, n_yes))
             engine.cache.rewind(seq, len(doc))
             if probs[-1] < threshold:
                 break
-        passed = len(probs) == len(questions) and probs[-1] >= threshold
-        engine.pool.keep_or_release(doc, seq, passed and retain)
+        engine.pool.keep_or_release(doc, seq, retain, _passed(probs, questions, threshold))
         return probs
 
     return program
 
 
-def _scratch(engine: Engine, doc, questions, answers, threshold) -> Callable[[Seq | None], object]:
+def _scratch(engine: Engine, doc, questions, answers, threshold, retain):
+    """Every prompt from the document's start, or from the reused prefix it was handed."""
     ids, n_yes = answers.ids, len(answers.yes)
 
-    def program(_):
+    def program(base: Seq | None):
         probs = []
         for i, q in enumerate(questions):
-            seq = Seq()
-            tokens = doc + q
-            [[lp]] = yield [Extend(seq, tokens, [(len(tokens) - 1, ids)], len(doc), step=f"predicate_{i + 1}")]
+            seq = engine.cache.fork(base, copy_credits=True) if base else Seq()
+            tokens = doc[len(seq):] + q
+            [[lp]] = yield [Extend(seq, tokens, [(len(tokens) - 1, ids)], len(doc) - len(base or ()),
+                                   step=f"predicate_{i + 1}")]
             engine.cache.release(seq)
             probs.append(p_yes(lp, n_yes))
             if probs[-1] < threshold:
                 break
+        if base is not None:  # a retained document is handed on even without rewinding
+            engine.pool.keep_or_release(doc, base, retain, _passed(probs, questions, threshold))
         return probs
 
     return program
@@ -70,29 +75,28 @@ def run_filter(
     answers: AnswerTokens,
     threshold: float = 0.5,
     limit: int | None = None,
-    reuse: bool = True,
-    retain: bool = False,
+    reuse: Reuse = Reuse(),
+    retain: Retain | None = None,
     progress=None,
 ) -> tuple[FilterResult, Stats]:
     longest_q = max(len(q) for q in questions)
-    programs = []
-    for doc in docs:
-        if reuse:
-            start = _chain(engine, doc, questions, answers, threshold, retain)
-            claim = document_key(doc)
-        else:
-            start, claim = _scratch(engine, doc, questions, answers, threshold), None
-        programs.append(Program(start, engine.cache.pages_for(len(doc) + longest_q), claim=claim))
+    retain = retain if reuse.retention else None
+    make = _chain if reuse.rewind else _scratch
+    # without rewinding, a prompt forked from a reused base may copy the base's partial last page
+    extra = 0 if reuse.rewind else 1
+    programs = [Program(make(engine, doc, questions, answers, threshold, retain),
+                        engine.cache.pages_for(len(doc) + longest_q) + extra, doc) for doc in docs]
     result, total = FilterResult(), None
+    if limit is not None:  # sharing reorders documents; a row limit needs them in input order
+        reuse = Reuse(reuse.rewind, False, reuse.retention, reuse.borrowing)
     # with a limit, rows go in waves so that rows after the N-th passing one are never computed
     wave = max(len(programs), 1) if limit is None else max(4 * limit, 32)
     for lo in range(0, len(programs), wave):
-        probs, stats = engine.run(programs[lo : lo + wave], progress)
+        probs, stats = engine.run(programs[lo : lo + wave], progress, reuse)
         total = stats if total is None else total.merge(stats)
         for p in probs:
-            passed = len(p) == len(questions) and p[-1] >= threshold
             result.p_yes.append(p + [None] * (len(questions) - len(p)))
-            result.passed.append(passed)
+            result.passed.append(_passed(p, questions, threshold))
         if limit is not None and sum(result.passed) >= limit:
             break
     if total is None:

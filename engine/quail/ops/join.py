@@ -3,7 +3,8 @@ computed once; each partner plus the condition is added on a fork of it, scored,
 
 from dataclasses import dataclass, field
 
-from quail.executor.engine import Engine
+from quail.executor.engine import Engine, Reuse
+from quail.executor.retention_pool import Retain
 from quail.executor.scheduler import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
@@ -16,12 +17,13 @@ class JoinResult:
     p_yes: list[list[float]] = field(default_factory=list)  # [left row][right row]
 
 
-def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout):
+def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, retain):
     ids, n_yes = answers.ids, len(answers.yes)
 
-    def program(_):
-        seq = Seq()
-        yield [Extend(seq, anchor, n_document=len(anchor), prompt=False)]
+    def program(seq: Seq | None):
+        seq = seq or Seq()
+        if len(seq) < len(anchor):
+            yield [Extend(seq, anchor[len(seq):], n_document=len(anchor) - len(seq), prompt=False)]
         probs = []
         for lo in range(0, len(partners), fanout):
             wave = range(lo, min(lo + fanout, len(partners)))
@@ -32,28 +34,33 @@ def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout):
             for k, [lp] in zip(kids, reads):
                 probs.append(p_yes(lp, n_yes))
                 engine.cache.release(k)
-        engine.cache.release(seq)
+        engine.pool.keep_or_release(anchor, seq, retain)
         return probs
 
     return program
 
 
-def _scratch(engine: Engine, anchor, partners, n_partner_doc, answers, fanout):
+def _scratch(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, retain):
+    """Every pair from the anchor's start, or from the reused prefix it was handed."""
     ids, n_yes = answers.ids, len(answers.yes)
 
-    def program(_):
+    def program(base: Seq | None):
+        have = len(base) if base else 0
         probs = []
         for lo in range(0, len(partners), fanout):
             wave = range(lo, min(lo + fanout, len(partners)))
+            seqs = [engine.cache.fork(base, copy_credits=True) if base else Seq() for _ in wave]
             reqs = [
-                Extend(Seq(), anchor + partners[j], [(len(anchor) + len(partners[j]) - 1, ids)],
-                       len(anchor) + n_partner_doc[j])
-                for j in wave
+                Extend(s, anchor[have:] + partners[j], [(len(anchor) - have + len(partners[j]) - 1, ids)],
+                       len(anchor) - have + n_partner_doc[j])
+                for s, j in zip(seqs, wave)
             ]
             reads = yield reqs
             for r, [lp] in zip(reqs, reads):
                 probs.append(p_yes(lp, n_yes))
                 engine.cache.release(r.seq)
+        if base is not None:
+            engine.pool.keep_or_release(anchor, base, retain)
         return probs
 
     return program
@@ -65,23 +72,27 @@ def run_join(
     partner_docs: list[list[int]],
     condition: list[int],
     answers: AnswerTokens,
-    reuse: bool = True,
+    reuse: Reuse = Reuse(),
+    retain: Retain | None = None,
     progress=None,
 ) -> tuple[JoinResult, Stats]:
     partners = [p + condition for p in partner_docs]
     n_doc = [len(p) for p in partner_docs]
     longest = max((len(p) for p in partners), default=0)
     fanout = max(1, min(len(partners), engine.plan.max_batch_tokens // max(longest, 1)))
+    retain = retain if reuse.retention else None
     programs = []
     for anchor in anchors:
-        if reuse:
+        if reuse.rewind:
             per_kid = 1 + engine.cache.pages_for(longest)
             fan = max(1, min(fanout, (engine.plan.arena_pages - engine.cache.pages_for(len(anchor))) // per_kid))
             pages = engine.cache.pages_for(len(anchor)) + fan * per_kid
-            programs.append(Program(_anchored(engine, anchor, partners, n_doc, answers, fan), pages))
+            start = _anchored(engine, anchor, partners, n_doc, answers, fan, retain)
         else:
             per_pair = engine.cache.pages_for(len(anchor) + longest)
-            fan = max(1, min(fanout, engine.plan.arena_pages // per_pair))
-            programs.append(Program(_scratch(engine, anchor, partners, n_doc, answers, fan), fan * per_pair))
-    probs, stats = engine.run(programs if partners else [], progress)
+            fan = max(1, min(fanout, (engine.plan.arena_pages - 1) // per_pair))
+            pages = fan * per_pair + 1  # a fork of a reused base may copy its partial last page
+            start = _scratch(engine, anchor, partners, n_doc, answers, fan, retain)
+        programs.append(Program(start, pages, anchor))
+    probs, stats = engine.run(programs if partners else [], progress, reuse)
     return JoinResult(probs if partners else [[] for _ in anchors]), stats

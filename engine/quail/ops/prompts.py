@@ -60,11 +60,10 @@ class PromptLayout:
     def label(self, label: str) -> list[int]:
         return self.tok.encode(" " + label)
 
-    def anchor(self, text: str) -> list[int]:
-        return self.preamble + self.tok.encode(f"Document A:\n{text}\n\n")
-
     def partner(self, text: str) -> list[int]:
-        return self.tok.encode(f"Document B:\n{text}\n\n")
+        """A join's left row is rendered as a plain document, so its KV is shared with filters and
+        classifications of the same table (KV retention); the right row follows as a second one."""
+        return self.tok.encode(f"Second document:\n{text}\n\n")
 
     def pair_question(self, condition: str) -> list[int]:
-        return self.yes_no_question(f"Do documents A and B satisfy this condition? {condition}")
+        return self.yes_no_question(f"Do the document and the second document satisfy this condition? {condition}")

@@ -1,0 +1,87 @@
+"""Measures the cost model on this device at engine start, once per device, model and dtype.
+
+A few short prefill passes at different sizes and contexts on a scratch arena, then a least-squares
+fit (cost/model.py). The result is cached under $QUAIL_HOME/cost, so only the first start pays.
+"""
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import asdict
+
+import torch
+
+from quail.cost.model import CostModel, Sample
+from quail.executor.kv_cache import PagedKVCache
+from quail.executor.model_runner import Chunk, ModelRunner
+from quail.executor.sequence import Seq
+from quail.kv import PAGE_SIZE, KVArena, PageArena
+from quail.model.llama import LlamaModel
+from quail.paths import home
+
+# (new tokens, tokens already cached): sizes small enough to take seconds on a CPU
+PASSES = [(16, 0), (64, 0), (256, 0), (64, 192), (64, 448)]
+
+
+def _device_name(model: LlamaModel) -> str:
+    if model.device.type == "cuda":
+        return torch.cuda.get_device_name(model.device)
+    return f"{platform.processor() or platform.machine()} x{torch.get_num_threads()}"
+
+
+def _cache_key(model: LlamaModel, max_batch_tokens: int) -> str:
+    ident = {"config": asdict(model.cfg), "dtype": str(model.dtype), "device": _device_name(model),
+             "max_batch_tokens": max_batch_tokens}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _timed(fn, repeat: int = 3) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
+    cfg = model.cfg
+    longest = max(n + c for n, c in PASSES)
+    pages = PageArena(-(-longest // PAGE_SIZE) + 1)
+    kv = KVArena(cfg.num_layers, pages.num_pages, cfg.num_kv_heads, cfg.head_dim, model.dtype, model.device)
+    cache = PagedKVCache(pages, kv)
+    runner = ModelRunner(model, cache)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab_size, (longest,), generator=gen).tolist()
+    samples = []
+    for n, context in PASSES:
+        seq = Seq()
+        if context:
+            runner.run([Chunk(seq, tokens[:context], [])])
+
+        def one_pass():
+            runner.run([Chunk(seq, tokens[context : context + n], [n - 1])])
+            cache.rewind(seq, context)
+
+        samples.append(Sample(n, context + (n - 1) / 2, _timed(one_pass)))
+        cache.release(seq)
+    slots = torch.arange(PAGE_SIZE * 4, device=model.device)
+    k = torch.zeros(len(slots), cfg.num_kv_heads, cfg.head_dim, dtype=model.dtype, device=model.device)
+
+    def write_pages():
+        for layer in range(cfg.num_layers):
+            kv.write(layer, slots, k, k)
+
+    per_page = _timed(write_pages) / 4
+    return CostModel.fit(samples, per_page, max_batch_tokens, _device_name(model))
+
+
+def calibrated(model: LlamaModel, max_batch_tokens: int) -> CostModel:
+    path = home() / "cost" / f"{_cache_key(model, max_batch_tokens)}.json"
+    cost = CostModel.load(path)
+    if cost is None:
+        cost = measure(model, max_batch_tokens)
+        cost.save(path)
+    return cost

@@ -1,0 +1,36 @@
+"""The cost model is measured, fitted and cached per device and model."""
+
+from quail.cost.model import CostModel, Sample
+from quail.executor import calibration
+from quail.executor.calibration import calibrated
+
+
+def test_fit_recovers_a_linear_cost():
+    truth = dict(per_pass=0.01, per_token=0.002, per_token_context=1e-6)
+    samples = [Sample(n, c, truth["per_pass"] + n * (truth["per_token"] + c * truth["per_token_context"]))
+               for n, c in [(16, 8), (64, 32), (256, 128), (64, 300), (64, 600)]]
+    cost = CostModel.fit(samples, kv_write_per_page=1e-5, max_batch_tokens=256, device="test")
+    for name, value in truth.items():
+        assert abs(getattr(cost, name) - value) < 1e-9
+    # 300 tokens in two passes, with the mean context growing along the document
+    assert abs(cost.prefill_seconds(300) - (0.02 + 300 * (0.002 + 149.5e-6))) < 1e-9
+
+
+def test_sharing_rule_weighs_compute_saved_against_kv_writes():
+    cost = CostModel(per_pass=0.0, per_token=1e-3, per_token_context=0.0, kv_write_per_page=2e-2,
+                     max_batch_tokens=256)
+    assert cost.sharing_saves(64, 4) is False  # 64 ms saved, 80 ms of writes
+    assert cost.sharing_saves(160, 4) is True
+
+
+def test_calibration_is_measured_once_and_cached(tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
+    first = calibrated(tiny_llama, 256)
+    assert first.per_token > 0 and first.kv_write_per_page > 0
+    assert len(list((tmp_path / "cost").glob("*.json"))) == 1
+
+    def measure_again(*_):
+        raise AssertionError("the cached calibration was measured again")
+
+    monkeypatch.setattr(calibration, "measure", measure_again)
+    assert calibrated(tiny_llama, 256) == first

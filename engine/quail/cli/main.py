@@ -1,28 +1,35 @@
-"""The `quail` command line: filter, classify and join a Parquet or CSV file; manage models."""
+"""The `quail` command line: filter, classify and join a Parquet or CSV file; run or explain a
+pipeline of several operators in one engine session; manage models."""
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-
 from quail.cli.progress import Progress
-from quail.cli.tables import read_table, text_column, write_table
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL, EMBEDDED, installed, pull
+from quail.pipeline.config import DEFAULT_QUESTION, Pipeline, load_pipeline
+from quail.planner.specs import OperatorSpec
 
 
-def _engine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--output", required=True, help="output Parquet file (written atomically)")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
+def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
+    if single:
+        p.add_argument("--output", help="output Parquet file (written atomically); required unless --explain")
+        p.add_argument("--stats", help="write the token accounting to this JSON file")
+        p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
+        p.add_argument("--explain", action="store_true", help="print the plan and predicted accounting; run nothing")
+    else:
+        p.add_argument("--model", help="overrides the pipeline's model")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     p.add_argument("--arena-pages", type=int, help="KV arena size in 16-token pages (default: 1 GiB of KV)")
     p.add_argument("--max-batch-tokens", type=int, default=2048, help="most tokens in one forward pass")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-reuse", action="store_true", help="compute every prompt from scratch (for checks)")
-    p.add_argument("--stats", help="write the token accounting to this JSON file")
+    p.add_argument("--no-rewind", action="store_true", help="switch chain mode (KV rewind) off")
+    p.add_argument("--no-prefix-sharing", action="store_true", help="switch prefix sharing off")
+    p.add_argument("--no-retention", action="store_true", help="keep no KV for later operators")
+    p.add_argument("--no-borrowing", action="store_true", help="admission never takes retained KV's pages")
     p.add_argument("--on-null", choices=["fail", "skip"], default="fail", help="NULL or empty text")
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
 
@@ -38,14 +45,14 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--keep-all", action="store_true", help="keep every row, adding passed and p_yes_1..k")
     f.add_argument("--limit", type=int, help="the first N passing rows, in input order")
     f.add_argument("--threshold", type=float, default=0.5)
-    _engine_options(f)
+    _engine_options(f, single=True)
 
     c = sub.add_parser("classify", help="label each row with one of the given labels")
     c.add_argument("input")
     c.add_argument("--text-column", required=True)
     c.add_argument("--label", action="append", default=[], help="a label; repeat for each")
     c.add_argument("--question", help="the question the labels answer")
-    _engine_options(c)
+    _engine_options(c, single=True)
 
     j = sub.add_parser("join", help="pairs of left and right rows that satisfy a condition")
     j.add_argument("left")
@@ -54,7 +61,13 @@ def parser() -> argparse.ArgumentParser:
     j.add_argument("--right-column", required=True)
     j.add_argument("--condition", required=True)
     j.add_argument("--threshold", type=float, default=0.5)
-    _engine_options(j)
+    _engine_options(j, single=True)
+
+    for name, text in (("pipeline", "run the operators of a pipeline file in one engine session"),
+                       ("explain", "print a pipeline's plan and predicted token accounting; run nothing")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("pipeline", help="PIPELINE.yaml")
+        _engine_options(p, single=False)
 
     m = sub.add_parser("models", help="list or install the embedded models")
     m.add_argument("action", choices=["list", "pull"])
@@ -62,11 +75,12 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _check_params(args) -> None:
-    threshold = getattr(args, "threshold", None)
-    if threshold is not None and not 0.0 <= threshold <= 1.0:
-        raise QuailError(f"--threshold {args.threshold} is outside [0, 1]")
+def _single(args) -> Pipeline:
+    """A one-operator pipeline from a filter, classify or join command."""
     if args.command == "filter":
+        tables = {"input": args.input}
+        spec = OperatorSpec("filter", "filter", ("input",), (args.text_column,), tuple(args.predicate),
+                            threshold=args.threshold, limit=args.limit, keep_all=args.keep_all, output=args.output)
         if not args.predicate:
             raise QuailError("--predicate: give at least one predicate")
         for i, p in enumerate(args.predicate, 1):
@@ -74,7 +88,8 @@ def _check_params(args) -> None:
                 raise QuailError(f"--predicate {i} is empty")
         if args.limit is not None and args.limit < 1:
             raise QuailError(f"--limit must be at least 1, got {args.limit}")
-    if args.command == "classify":
+    elif args.command == "classify":
+        tables = {"input": args.input}
         if len(args.label) < 2:
             raise QuailError("--label: give at least two labels")
         for i, label in enumerate(args.label, 1):
@@ -83,96 +98,22 @@ def _check_params(args) -> None:
         dupes = sorted({label for label in args.label if args.label.count(label) > 1})
         if dupes:
             raise QuailError(f"--label: duplicate labels {dupes}")
-    if args.command == "join" and not args.condition.strip():
-        raise QuailError("--condition is empty")
-
-
-def _add_columns(table: pa.Table, columns: dict, source: str) -> pa.Table:
-    for name, values in columns.items():
-        if name in table.column_names:
-            raise QuailError(f"{source}: already has a column {name!r}, which the output adds")
-        table = table.append_column(name, values)
-    return table
-
-
-def _scatter(values: list, rows: list[int], n: int) -> list:
-    out = [None] * n
-    for r, v in zip(rows, values):
-        out[r] = v
-    return out
-
-
-def _inputs(args) -> list[tuple[pa.Table, list[str], list[int]]]:
-    """Each input table with its texts and their row numbers, checked before the model loads."""
-    if args.command == "join":
-        sources = [(args.left, args.left_column), (args.right, args.right_column)]
+        spec = OperatorSpec("classify", "classify", ("input",), (args.text_column,),
+                            (args.question or DEFAULT_QUESTION,), tuple(args.label), output=args.output)
     else:
-        sources = [(args.input, args.text_column)]
-    out = []
-    for path, column in sources:
-        table = read_table(path)
-        out.append((table, *text_column(table, column, path, args.on_null)))
-    return out
-
-
-def _run_filter(session, args, inputs, progress):
-    [(table, texts, rows)] = inputs
-    progress = progress(len(texts), "filter")
-    result, stats = session.filter(texts, args.predicate, args.threshold, args.limit, not args.no_reuse,
-                                   truncate=args.truncate, progress=progress, rows=rows)
-    stats.rows_skipped = table.num_rows - len(texts)
-    done = rows[: len(result.passed)]
-    passing = [r for r, ok in zip(done, result.passed) if ok]
-    if args.limit is not None:
-        passing = passing[: args.limit]
-        if args.keep_all and len(passing) == args.limit:
-            done = [r for r in done if r <= passing[-1]]
-    if not args.keep_all:
-        return table.take(pa.array(passing, pa.int64())), stats
-    extra = {"passed": pa.array(_scatter(result.passed, rows, table.num_rows), pa.bool_())}
-    for k in range(len(args.predicate)):
-        extra[f"p_yes_{k + 1}"] = pa.array(_scatter([p[k] for p in result.p_yes], rows, table.num_rows), pa.float64())
-    limit_rows = done[-1] + 1 if done else 0
-    return _add_columns(table, extra, args.input).slice(0, limit_rows if args.limit else table.num_rows), stats
-
-
-def _run_classify(session, args, inputs, progress):
-    [(table, texts, rows)] = inputs
-    result, stats = session.classify(texts, args.label, args.question, not args.no_reuse, truncate=args.truncate,
-                                     progress=progress(len(texts), "classify"), rows=rows)
-    stats.rows_skipped = table.num_rows - len(texts)
-    n = table.num_rows
-    extra = {"label": pa.array(_scatter([args.label[i] for i in result.labels], rows, n), pa.string())}
-    for k, label in enumerate(args.label):
-        extra[f"p_{label}"] = pa.array(_scatter([p[k] for p in result.probabilities], rows, n), pa.float64())
-    return _add_columns(table, extra, args.input), stats
-
-
-def _run_join(session, args, inputs, progress):
-    [(left, ltexts, lrows), (right, rtexts, rrows)] = inputs
-    result, stats = session.join(ltexts, rtexts, args.condition, not args.no_reuse, truncate=args.truncate,
-                                 progress=progress(len(ltexts), "join"), left_rows=lrows, right_rows=rrows)
-    stats.rows_skipped = (left.num_rows - len(ltexts)) + (right.num_rows - len(rtexts))
-    pairs = [(lrows[i], rrows[j], p) for i, ps in enumerate(result.p_yes) for j, p in enumerate(ps)
-             if p >= args.threshold]
-    lt = left.take(pa.array([a for a, _, _ in pairs], pa.int64()))
-    rt = right.take(pa.array([b for _, b, _ in pairs], pa.int64()))
-    columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
-    columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
-    columns["p_yes"] = pa.array([p for _, _, p in pairs], pa.float64())
-    return pa.table(columns), stats
-
-
-def _summary(stats, rows_out: int) -> str:
-    r = stats.tokens_reused
-    saved = 1 - stats.tokens_computed / stats.tokens_naive if stats.tokens_naive else 0.0
-    return (
-        f"rows out: {rows_out}\n"
-        f"tokens computed: {stats.tokens_computed:,} of {stats.tokens_naive:,} without reuse ({saved:.0%} saved)\n"
-        f"tokens reused: rewind {r['rewind']:,}, prefix {r['prefix']:,}, retention {r['retention']:,}\n"
-        f"forward passes: {stats.forward_passes}, peak pages: {stats.pages_peak} of {stats.pages_total}, "
-        f"{stats.seconds:.1f} s ({stats.tokens_computed / max(stats.seconds, 1e-9):,.0f} tok/s)"
-    )
+        tables = {"left": args.left, "right": args.right}
+        if not args.condition.strip():
+            raise QuailError("--condition is empty")
+        spec = OperatorSpec("join", "join", ("left", "right"), (args.left_column, args.right_column),
+                            (args.condition,), threshold=args.threshold, output=args.output)
+    if not 0.0 <= spec.threshold <= 1.0:
+        raise QuailError(f"--threshold {spec.threshold} is outside [0, 1]")
+    if not args.explain and not args.output:
+        raise QuailError("--output is required (or --explain)")
+    if args.output and Path(args.output).is_dir():
+        raise QuailError(f"--output {args.output} is a directory")
+    stats = {spec.name: args.stats} if args.stats else {}
+    return Pipeline(tables, [spec], args.model, stats)
 
 
 def _models(args) -> None:
@@ -191,33 +132,49 @@ def run(argv=None) -> int:
     if args.command == "models":
         _models(args)
         return 0
-    _check_params(args)
-    if Path(args.output).is_dir():
-        raise QuailError(f"--output {args.output} is a directory")
+    if args.command in ("pipeline", "explain"):
+        pipeline = load_pipeline(args.pipeline)
+        pipeline.model = args.model or pipeline.model
+        explain = args.command == "explain"
+    else:
+        pipeline = _single(args)
+        explain = args.explain
     import torch
 
+    from quail.executor.engine import Reuse
+    from quail.pipeline.explain import describe_plan, describe_run
+    from quail.pipeline.runner import Runner
+    from quail.planner.plan import plan as make_plan
+    from quail.planner.predict import predict
+    from quail.cost.observed import SelectivityStore
     from quail.session import Session
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
-    runner = {"filter": _run_filter, "classify": _run_classify, "join": _run_join}[args.command]
+    reuse = Reuse.none() if args.no_reuse else Reuse(not args.no_rewind, not args.no_prefix_sharing,
+                                                      not args.no_retention, not args.no_borrowing)
+    plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
+                     retention_on=reuse.retention)
+    runner = Runner(pipeline, args.on_null, args.truncate)
+    runner.check_inputs()
+    session = Session.open(pipeline.model, args.dtype, args.arena_pages, args.max_batch_tokens)
+    if explain:
+        predicted = predict(plan, runner.tokens(session, plan), session.engine.plan.page_size)
+        print(describe_plan(plan, predicted, session.engine.cost, session.engine.plan.arena_pages,
+                            session.engine.pool.capacity))
+        return 0
     bars = []
 
     def progress(rows, what):
         bars.append(Progress(rows, what))
         return bars[-1]
 
-    inputs = _inputs(args)
-    session = Session.open(args.model, args.dtype, args.arena_pages, args.max_batch_tokens)
     try:
-        table, stats = runner(session, args, inputs, progress)
+        runs = runner.run(session, plan, reuse, progress)
     finally:
         for b in bars:
             b.close()
-    write_table(table, args.output)
-    if args.stats:
-        doc = {"command": args.command, "model": session.loaded.name, "rows_out": table.num_rows} | stats.to_dict()
-        Path(args.stats).write_text(json.dumps(doc, indent=2))
-    print(_summary(stats, table.num_rows), file=sys.stderr)
+    for r in runs:
+        print(describe_run(r.spec.name, r.stats, r.predicted, r.table.num_rows), file=sys.stderr)
     return 0
 
 

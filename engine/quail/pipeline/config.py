@@ -1,0 +1,105 @@
+"""A pipeline: named input tables and operators, from a YAML file or a single-operator command.
+
+    model: qwen2.5-coder-0.5b            # optional
+    tables: {reviews: reviews.parquet, products: products.csv}
+    operators:
+      - name: good
+        filter: {input: reviews, column: text, predicates: ["Is it positive?"]}
+        output: out/good.parquet
+      - name: topics
+        classify: {input: good, column: text, labels: [price, quality]}
+        output: out/topics.parquet
+      - name: pairs
+        join: {left: topics, right: products, left_column: text, right_column: name,
+               condition: "The review is about the product"}
+        output: out/pairs.parquet
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from quail.errors import QuailError
+from quail.model.registry import DEFAULT_MODEL
+from quail.planner.specs import KINDS, OperatorSpec
+
+_KEYS = {
+    "filter": {"input", "column", "predicates", "threshold", "limit", "keep_all"},
+    "classify": {"input", "column", "labels", "question"},
+    "join": {"left", "right", "left_column", "right_column", "condition", "threshold"},
+}
+DEFAULT_QUESTION = "Which category does the document belong to?"
+
+
+@dataclass
+class Pipeline:
+    tables: dict[str, str]  # name -> Parquet or CSV path
+    specs: list[OperatorSpec]
+    model: str = DEFAULT_MODEL
+    stats: dict[str, str] = field(default_factory=dict)  # operator -> where its stats JSON goes
+
+
+def _spec(name: str, kind: str, body: dict, output: str | None) -> OperatorSpec:
+    where = f"operator {name!r}"
+    unknown = set(body) - _KEYS[kind]
+    if unknown:
+        raise QuailError(f"{where}: unknown {kind} keys {sorted(unknown)}; allowed: {sorted(_KEYS[kind])}")
+
+    def need(key):
+        if key not in body:
+            raise QuailError(f"{where}: {kind} needs {key!r}")
+        return body[key]
+
+    def texts(key) -> tuple[str, ...]:
+        value = need(key)
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise QuailError(f"{where}: {key!r} must be text or a list of texts")
+        return tuple(values)
+
+    common = dict(threshold=float(body.get("threshold", 0.5)), output=output)
+    if kind == "filter":
+        return OperatorSpec(name, kind, (str(need("input")),), (str(need("column")),), texts("predicates"),
+                            limit=body.get("limit"), keep_all=bool(body.get("keep_all", False)), **common)
+    if kind == "classify":
+        return OperatorSpec(name, kind, (str(need("input")),), (str(need("column")),),
+                            (body.get("question") or DEFAULT_QUESTION,), texts("labels"), **common)
+    return OperatorSpec(name, kind, (str(need("left")), str(need("right"))),
+                        (str(need("left_column")), str(need("right_column"))), texts("condition"), **common)
+
+
+def load_pipeline(path: str) -> Pipeline:
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise QuailError(f"pipeline {path}: {e.strerror}")
+    except yaml.YAMLError as e:
+        raise QuailError(f"pipeline {path}: not valid YAML: {e}")
+    if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list) or not doc["operators"]:
+        raise QuailError(f"pipeline {path}: needs a list of operators")
+    base = Path(path).parent
+    tables = doc.get("tables") or {}
+    if not isinstance(tables, dict):
+        raise QuailError(f"pipeline {path}: tables must map names to files")
+    tables = {str(k): str(base / v) for k, v in tables.items()}
+    specs, stats = [], {}
+    for i, op in enumerate(doc["operators"]):
+        if not isinstance(op, dict) or "name" not in op:
+            raise QuailError(f"pipeline {path}: operator {i} needs a name")
+        name = str(op["name"])
+        kinds = [k for k in KINDS if k in op]
+        if len(kinds) != 1:
+            raise QuailError(f"operator {name!r}: give exactly one of {', '.join(KINDS)}")
+        if not isinstance(op[kinds[0]], dict):
+            raise QuailError(f"operator {name!r}: {kinds[0]} must be a mapping of its settings")
+        output = str(base / op["output"]) if op.get("output") else None
+        specs.append(_spec(name, kinds[0], op[kinds[0]], output))
+        if output:
+            stats[name] = str(base / op["stats"]) if op.get("stats") else output + ".stats.json"
+    names = set(tables) | {s.name for s in specs}
+    for s in specs:
+        for i in s.inputs:
+            if i not in names:
+                raise QuailError(f"operator {s.name!r}: input {i!r} is neither a table nor an operator")
+    return Pipeline(tables, specs, str(doc.get("model", DEFAULT_MODEL)), stats)

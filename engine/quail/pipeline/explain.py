@@ -1,0 +1,50 @@
+"""Human-readable plans and accounting: `quail explain` and the summary after a run."""
+
+from quail.cost.model import CostModel
+from quail.executor.stats import Stats
+from quail.planner.plan import Plan
+from quail.planner.predict import Prediction
+
+
+def _accounting(p: Prediction | Stats) -> str:
+    r = p.tokens_reused
+    saved = 1 - p.tokens_computed / p.tokens_naive if p.tokens_naive else 0.0
+    return (f"{p.tokens_computed:,.0f} computed of {p.tokens_naive:,.0f} without reuse ({saved:.0%} saved); "
+            f"reused: rewind {r['rewind']:,.0f}, prefix {r['prefix']:,.0f}, retention {r['retention']:,.0f}")
+
+
+def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel, arena_pages: int,
+                  retention_capacity: int) -> str:
+    lines = [
+        f"plan {plan.hash}",
+        f"cost model ({cost.device}): {cost.per_pass * 1e3:.2f} ms per pass + "
+        f"{cost.per_token * 1e6:.1f} us per token + {cost.per_token_context * 1e9:.2f} ns per token per "
+        f"context token; KV write {cost.kv_write_per_page * 1e6:.1f} us per page",
+        f"arena: {arena_pages:,} pages; retention capacity {retention_capacity:,} pages "
+        f"(the arena minus two forward passes)",
+    ]
+    for spec in plan.specs:
+        op = plan[spec.name]
+        lines.append(f"\n{spec.name}: {spec.kind} of {' x '.join(spec.inputs)} (column {', '.join(spec.columns)})")
+        if op.selectivity is not None:
+            lines.append(f"  selectivity estimate: {op.selectivity:.2f}")
+        lines.append(f"  chain mode (KV rewind): {'on' if op.chain_mode else 'off'}")
+        lines.append(f"  prefix sharing: {'on' if op.prefix_sharing else 'off'} ({op.sharing_reason})")
+        if op.retain is None:
+            lines.append("  retain: nothing")
+        else:
+            extra = f", failing rows p={op.retain.failed:.2f}" if spec.kind == "filter" and op.retain.failed else ""
+            lines.append(f"  retain document KV for {', '.join(op.retain.consumers)} "
+                         f"(p={op.retain.passed:.2f}{extra}); released after {op.retain.consumers[-1]}")
+        lines.append(f"  predicted: {_accounting(predicted[spec.name])}")
+    return "\n".join(lines)
+
+
+def describe_run(name: str, stats: Stats, predicted: Prediction, rows_out: int) -> str:
+    return (
+        f"{name}: rows out {rows_out}\n"
+        f"  actual:    {_accounting(stats)}\n"
+        f"  predicted: {_accounting(predicted)}\n"
+        f"  forward passes {stats.forward_passes}, peak pages {stats.pages_peak} of {stats.pages_total}, "
+        f"{stats.seconds:.1f} s ({stats.tokens_computed / max(stats.seconds, 1e-9):,.0f} tok/s)"
+    )

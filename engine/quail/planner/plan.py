@@ -1,0 +1,87 @@
+"""The operator-level plan: pure, deterministic, no I/O, fast enough for DAG parse time.
+
+Input: operator specs and, optionally, selectivities observed in earlier runs. Output: a `Plan`
+with a stable hash, giving each operator chain mode, the prefix-sharing decision and the retention
+schedule. The token-level sharing plan (PrefixTree) needs the data and is made when the job runs.
+"""
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+from quail.errors import QuailError
+from quail.planner import retention
+from quail.planner.specs import KINDS, OperatorSpec
+
+
+@dataclass(frozen=True)
+class OperatorPlan:
+    name: str
+    chain_mode: bool
+    prefix_sharing: bool
+    sharing_reason: str
+    retain: retention.RetentionEntry | None
+    selectivity: float | None  # a filter's estimate: observed, or the prior
+
+
+@dataclass(frozen=True)
+class Plan:
+    specs: tuple[OperatorSpec, ...]
+    operators: tuple[OperatorPlan, ...]
+
+    @property
+    def hash(self) -> str:
+        doc = {"specs": [s.to_dict() for s in self.specs], "operators": [asdict(o) for o in self.operators]}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+    def __getitem__(self, name: str) -> OperatorPlan:
+        return next(o for o in self.operators if o.name == name)
+
+
+def _validate(specs: list[OperatorSpec]) -> None:
+    seen: set[str] = set()
+    for s in specs:
+        where = f"operator {s.name!r}"
+        if not s.name or s.name in seen:
+            raise QuailError(f"{where}: operator names must be unique and not empty")
+        if s.kind not in KINDS:
+            raise QuailError(f"{where}: kind {s.kind!r} is not one of {', '.join(KINDS)}")
+        want = 2 if s.kind == "join" else 1
+        if len(s.inputs) != want or len(s.columns) != want:
+            raise QuailError(f"{where}: a {s.kind} takes {want} input(s), each with a text column")
+        if not s.questions or not all(q.strip() for q in s.questions):
+            raise QuailError(f"{where}: give at least one non-empty {'predicate' if s.kind == 'filter' else 'question'}")
+        if s.kind == "classify" and len(set(s.labels)) != len(s.labels) or s.kind == "classify" and len(s.labels) < 2:
+            raise QuailError(f"{where}: give at least two distinct labels")
+        if not 0.0 <= s.threshold <= 1.0:
+            raise QuailError(f"{where}: threshold {s.threshold} is outside [0, 1]")
+        if s.limit is not None and (s.kind != "filter" or s.limit < 1):
+            raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
+        seen.add(s.name)
+
+
+def plan(specs: list[OperatorSpec], observed: dict[str, float] | None = None, *, rewind: bool = True,
+         sharing: bool = True, retention_on: bool = True) -> Plan:
+    """Operators run in the given order; an input names a table or an operator listed earlier."""
+    _validate(specs)
+    names = {s.name for s in specs}
+    for k, s in enumerate(specs):
+        earlier = {t.name for t in specs[:k]}
+        for i in s.inputs:
+            if i in names and i not in earlier:
+                raise QuailError(f"operator {s.name!r}: its input {i!r} is an operator that runs later")
+    observed = observed or {}
+    schedule = retention.schedule(specs, observed) if retention_on else {}
+    ops = []
+    for s in specs:
+        keep = schedule.get(s.name)
+        asks_more = s.kind != "filter" or len(s.questions) > 1
+        if not sharing:
+            share, why = False, "switched off"
+        elif s.limit is not None:
+            share, why = False, "a row limit keeps input order"
+        else:
+            share, why = True, "on where the compute saved exceeds the KV writes (decided per document)"
+        sel = retention.selectivity(s, observed) if s.kind == "filter" else None
+        ops.append(OperatorPlan(s.name, rewind and (asks_more or keep is not None), share, why, keep, sel))
+    return Plan(tuple(specs), tuple(ops))

@@ -1,0 +1,88 @@
+"""Predicted token accounting of a plan, before anything runs (`quail explain`).
+
+Expected values over the rows of each operator's source table: a row reaches an operator with the
+product of the selectivities of the filters before it, and each predicate of a k-predicate filter
+with selectivity s passes with s^(1/k). Prefix sharing comes from the PrefixTree of the rows;
+retention assumes the arena holds what the plan retains, and a row that passed a filter is
+read by the consumers that follow it.
+"""
+
+from dataclasses import dataclass, field
+
+from quail.planner.plan import Plan
+from quail.planner.prefix_tree import PrefixTree
+from quail.planner.retention import lineages
+
+
+@dataclass(frozen=True)
+class OperatorTokens:
+    docs: list[list[int]]  # the operator's documents, one per row of its source table
+    questions: list[int]  # token counts: the predicates, the question, or the join condition
+    labels: list[int] = field(default_factory=list)  # classify: token count of each label
+    partners: list[int] = field(default_factory=list)  # join: token count of each right row
+
+
+@dataclass
+class Prediction:
+    tokens_naive: float = 0.0
+    tokens_computed: float = 0.0
+    tokens_reused: dict[str, float] = field(default_factory=lambda: {"rewind": 0.0, "prefix": 0.0, "retention": 0.0})
+
+    def rounded(self) -> dict:
+        return {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),
+                "tokens_reused": {k: round(v) for k, v in self.tokens_reused.items()}}
+
+
+def _product(values) -> float:
+    p = 1.0
+    for v in values:
+        p *= v
+    return p
+
+
+def predict(plan: Plan, tokens: dict[str, OperatorTokens], page_size: int = 16) -> dict[str, Prediction]:
+    specs = list(plan.specs)
+    lines = lineages(specs)
+    sel = {o.name: o.selectivity for o in plan.operators if o.selectivity is not None}
+    out = {}
+    for k, spec in enumerate(specs):
+        op, t = plan[spec.name], tokens[spec.name]
+        line = lines[spec.name]
+        reach = _product(sel[f] for f in line.filters)
+        held = 0.0  # probability that a row reaching this operator finds its KV retained
+        for x in specs[:k]:
+            keep = plan[x.name].retain
+            if keep is None or spec.name not in keep.consumers:
+                continue
+            lx = lines[x.name]
+            kept = lx.filters if keep.failed > 0 or x.kind != "filter" else lx.filters | {x.name}
+            held = max(held, _product(sel[f] for f in kept | line.filters) / max(reach, 1e-12))
+        tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
+        p = Prediction()
+        for doc, shared in zip(t.docs, tree.shared):
+            n = len(doc)
+            doc_new = (1 - held) * (n - shared)
+            if spec.kind == "filter":
+                per = sel[spec.name] ** (1 / len(t.questions))
+                asks = [per**j for j in range(len(t.questions))]
+                prompts = [(a, q) for a, q in zip(asks, t.questions)]
+            elif spec.kind == "classify":
+                q = t.questions[0]
+                prompts = [(1.0, q)] if min(t.labels) == 1 else []
+                prompts += [(1.0, q + n_label - 1) for n_label in t.labels if n_label > 1]
+            else:
+                prompts = [(1.0, n_partner + t.questions[0]) for n_partner in t.partners]
+            naive = sum(a * (n + extra) for a, extra in prompts)
+            if op.chain_mode:
+                computed = doc_new + sum(a * extra for a, extra in prompts)
+            else:
+                computed = sum(a * (doc_new + extra) for a, extra in prompts)
+            p.tokens_naive += reach * naive
+            p.tokens_computed += reach * computed
+            first = prompts[0][0] if op.chain_mode else sum(a for a, _ in prompts)
+            p.tokens_reused["retention"] += reach * held * n * first
+            p.tokens_reused["prefix"] += reach * (1 - held) * shared * first
+        p.tokens_reused["rewind"] = p.tokens_naive - p.tokens_computed - p.tokens_reused["retention"] \
+            - p.tokens_reused["prefix"]
+        out[spec.name] = p
+    return out

@@ -1,0 +1,29 @@
+"""What the planner reads: operators over named tables, each in terms a DAG author writes."""
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+KINDS = ("filter", "classify", "join")
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    name: str
+    kind: str  # filter | classify | join
+    inputs: tuple[str, ...]  # tables or earlier operators; a join's are (left, right)
+    columns: tuple[str, ...]  # the text column of each input: the document rendering
+    questions: tuple[str, ...]  # filter: the predicates; classify: the question; join: the condition
+    labels: tuple[str, ...] = ()
+    threshold: float = 0.5
+    limit: int | None = None
+    keep_all: bool = False
+    output: str | None = None
+
+    def fingerprint(self) -> str:
+        """Identifies what the operator computes, for the selectivities the stats store keeps."""
+        what = [self.kind, self.columns[0], list(self.questions), list(self.labels), self.threshold]
+        return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return asdict(self)

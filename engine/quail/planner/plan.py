@@ -81,7 +81,7 @@ def plan(specs: list[OperatorSpec], observed: dict[str, float] | None = None, *,
         elif s.limit is not None:
             share, why = False, "a row limit keeps input order"
         else:
-            share, why = True, "on where the compute saved exceeds the KV writes (decided per document)"
+            share, why = True, "per document, where the compute saved exceeds the KV writes"
         sel = retention.selectivity(s, observed) if s.kind == "filter" else None
         ops.append(OperatorPlan(s.name, rewind and (asks_more or keep is not None), share, why, keep, sel))
     return Plan(tuple(specs), tuple(ops))

@@ -72,3 +72,19 @@ def test_a_row_limit_switches_sharing_off(tiny_llama):
     docs = [trace[: 40 + 10 * i] for i in range(12)]
     _, stats = run_filter(engine, docs, [[11]], ANSWERS, threshold=0.0, limit=2)
     assert stats.tokens_reused["prefix"] == 0 and stats.duplicates == 0
+
+
+def test_a_child_that_claims_retained_kv_takes_no_hold(tiny_llama):
+    """The child's whole document is retained, so it starts before its parent writes the shared
+    pages; the parent must not then make it a hold that nobody releases."""
+    from quail.executor.retention_pool import Retain
+
+    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=128, max_batch_tokens=256))
+    trace = _trace(90, seed=6)
+    parent, child = trace[:50], trace[:90]
+    run_filter(engine, [child], [[11]], ANSWERS, threshold=0.0, retain=Retain())
+    a, stats = run_filter(engine, [parent, child], [[12]], ANSWERS, threshold=0.0)
+    b, _ = run_filter(engine, [parent, child], [[12]], ANSWERS, threshold=0.0, reuse=Reuse.none())
+    _same(a, b)
+    assert stats.tokens_reused["retention"] == 90
+    assert engine.free_pages == 128

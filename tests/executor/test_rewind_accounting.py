@@ -3,7 +3,6 @@
 import numpy as np
 
 from quail.executor.engine import Engine, PhysicalPlan, Reuse
-from quail.executor.retention_pool import Retain
 from quail.ops.filter import run_filter
 from quail.ops.prompts import AnswerTokens
 

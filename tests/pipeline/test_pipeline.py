@@ -47,7 +47,22 @@ def _outputs(tmp_path):
     return out
 
 
-def test_pipeline_reuses_kv_across_operators_and_matches_scratch(pipeline, tmp_path, capsys):
+@pytest.fixture
+def sessions(monkeypatch):
+    """The sessions the CLI opens, to look at their arenas afterwards."""
+    from quail.session import Session
+
+    opened, open_ = [], Session.open.__func__
+
+    def record(cls, *a, **kw):
+        opened.append(open_(cls, *a, **kw))
+        return opened[-1]
+
+    monkeypatch.setattr(Session, "open", classmethod(record))
+    return opened
+
+
+def test_pipeline_reuses_kv_across_operators_and_matches_scratch(pipeline, tmp_path, capsys, sessions):
     assert _cli("explain", pipeline) == 0
     plan_text = capsys.readouterr().out
     assert "retain document KV for kind, by_sport, by_venue" in plan_text
@@ -55,6 +70,8 @@ def test_pipeline_reuses_kv_across_operators_and_matches_scratch(pipeline, tmp_p
     assert not (tmp_path / "out").exists()  # explain runs nothing
 
     assert _cli("pipeline", pipeline) == 0
+    engine = sessions[-1].engine
+    assert engine.free_pages == engine.plan.arena_pages and len(engine.pool) == 0  # the last consumer released
     reused = _outputs(tmp_path)
     assert _cli("pipeline", pipeline, "--no-reuse") == 0
     scratch = _outputs(tmp_path)

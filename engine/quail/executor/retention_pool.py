@@ -47,6 +47,7 @@ class RetentionPool:
         self.capacity = capacity
         self.cost = cost
         self._entries: dict[str, _Entry] = {}
+        self._pages = 0  # kept as a count: admission asks for it for every waiting program
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -57,7 +58,12 @@ class RetentionPool:
 
     @property
     def pages(self) -> int:
-        return sum(len(e.seq.pages) for e in self._entries.values())
+        return self._pages
+
+    def _pop(self, key: str) -> Seq:
+        entry = self._entries.pop(key)
+        self._pages -= len(entry.seq.pages)
+        return entry.seq
 
     def pages_of(self, key: str | None) -> int:
         e = self._entries.get(key) if key else None
@@ -73,9 +79,8 @@ class RetentionPool:
         self.put(document_key(doc), seq, probability, retain.consumers)
 
     def put(self, key: str, seq: Seq, probability: float = 1.0, consumers: frozenset[str] | None = None) -> bool:
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self.cache.release(old.seq)
+        if key in self._entries:
+            self.cache.release(self._pop(key))
         seq.fresh, seq.credits = 0, {}
         entry = _Entry(seq, probability, self.cost.prefill_seconds(len(seq)), consumers)
         need = self.pages + len(seq.pages) - self.capacity
@@ -83,14 +88,15 @@ class RetentionPool:
             self.cache.release(seq)
             return False
         self._entries[key] = entry
+        self._pages += len(seq.pages)
         return True
 
     def take(self, key: str) -> Seq | None:
-        entry = self._entries.pop(key, None)
-        if entry is None:
+        if key not in self._entries:
             return None
-        entry.seq.credits = {"retention": len(entry.seq)}
-        return entry.seq
+        seq = self._pop(key)
+        seq.credits = {"retention": len(seq)}
+        return seq
 
     def _eviction_order(self, next_use: dict[str, int]) -> list[str]:
         """Lowest priority first; work waiting in this job will certainly read what it claims."""
@@ -112,7 +118,7 @@ class RetentionPool:
             if worth is not None and e.priority(1.0 if key in next_use else None) >= worth:
                 break
             freed += len(e.seq.pages)
-            self.cache.release(self._entries.pop(key).seq)
+            self.cache.release(self._pop(key))
             self.evictions += 1
         return freed >= pages
 
@@ -124,9 +130,8 @@ class RetentionPool:
                 continue
             e.consumers = e.consumers - {operator}
             if not e.consumers:
-                self.cache.release(self._entries.pop(key).seq)
+                self.cache.release(self._pop(key))
 
     def clear(self) -> None:
-        for e in self._entries.values():
-            self.cache.release(e.seq)
-        self._entries.clear()
+        for key in list(self._entries):
+            self.cache.release(self._pop(key))

@@ -163,6 +163,8 @@ class Scheduler:
                 if not fits(i) and not make_room(i, position):
                     break
                 waiting.pop(position)
+                if tree.parent[i] is not None and i in pending.get(tree.parent[i], ()):
+                    pending[tree.parent[i]].remove(i)  # admitted without a hold: it needs none later
                 claimed = self.pool.take(keys[i]) if keys[i] else None
                 hold = holds.pop(i, None)
                 if claimed is not None and hold is not None:

@@ -30,10 +30,13 @@ demo: $(VENV)/.demo-model
 	$(VENV)/bin/quail classify examples/news.csv --text-column text \
 		--label sport --label business --label technology --label politics --label entertainment \
 		--output out/topics.parquet --stats out/topics.stats.json
+	$(VENV)/bin/quail explain examples/pipeline.yaml
+	$(VENV)/bin/quail pipeline examples/pipeline.yaml
 
 bench: $(VENV)/.demo-model
 	$(PY) bench/prefill.py
 	$(PY) bench/accuracy.py
+	cd bench && ../$(PY) tokens.py
 
 # Regenerates constraints.txt from the current, verified environment.
 constraints:

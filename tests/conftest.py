@@ -45,3 +45,10 @@ def smollm2():
     from quail.model.loader import load_model
 
     return load_model("smollm2-135m", "float32")
+
+
+@pytest.fixture(autouse=True)
+def _private_selectivity_store(monkeypatch, tmp_path):
+    """Runs record observed selectivities; tests keep theirs out of the user's store. (Calibrations
+    stay in the shared cache: they describe this machine, not a test.)"""
+    monkeypatch.setattr("quail.cost.observed.home", lambda: tmp_path / "quail-home")

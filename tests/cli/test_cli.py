@@ -156,3 +156,20 @@ def test_document_longer_than_context(tmp_path, capsys):
     assert run_cli("filter", src, "--text-column", "text", "--predicate", "Sport?", "--truncate", "--keep-all",
                  "--output", out, "--stats", stats) == 0
     assert json.loads(stats.read_text())["rows_truncated"] == 1
+
+
+def test_explain_runs_nothing_and_each_mechanism_switches_off(tmp_path, news, capsys):
+    base = ["filter", news, "--text-column", "text", "--predicate", "Sport?", "--predicate", "A goal?",
+            "--threshold", "0"]
+    assert run_cli(*base, "--explain") == 0
+    out = capsys.readouterr().out
+    assert "chain mode (KV rewind): on" in out and "prefix sharing: on" in out and "predicted:" in out
+    stats = tmp_path / "s.json"
+    assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats) == 0
+    on = json.loads(stats.read_text())
+    assert on["tokens_reused"]["prefix"] > 0  # the rows share the chat preamble's first page
+    assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats, "--no-prefix-sharing") == 0
+    off = json.loads(stats.read_text())
+    assert off["tokens_reused"]["prefix"] == 0 and off["tokens_reused"]["rewind"] == on["tokens_reused"]["rewind"]
+    assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats, "--no-rewind") == 0
+    assert json.loads(stats.read_text())["tokens_reused"]["rewind"] == 0

@@ -108,3 +108,23 @@ def test_limit_returns_rows_in_input_order(engine):
     limited, stats = run_filter(engine, docs, [[9]], ANSWERS, threshold=0.0, limit=3)
     assert len(limited.passed) < len(full.passed)  # later rows were never computed
     assert limited.p_yes == full.p_yes[: len(limited.p_yes)]
+
+
+def test_a_common_opening_of_the_questions_is_kept_with_the_document(engine):
+    """Chain mode rewinds only past the questions' (or partners') shared opening tokens."""
+    docs = _docs(6, 10, 40, seed=12)
+    questions = [[9, 10, 11, 12], [9, 10, 11, 13, 14], [9, 10, 15]]
+    a, s1 = run_filter(engine, docs, questions, ANSWERS, threshold=0.0)
+    b, _ = run_filter(engine, docs, questions, ANSWERS, threshold=0.0, reuse=NONE)
+    np.testing.assert_allclose(a.p_yes, b.p_yes, atol=1e-5)
+    _accounted(s1)
+    # each document and the opening [9, 10] once, then each question's own tokens
+    assert s1.tokens_computed == sum(len(d) + 2 for d in docs) + len(docs) * (2 + 3 + 1)
+
+    anchors = _docs(3, 10, 30, seed=13)
+    partners = [[50, 51, 52] + p for p in _docs(4, 3, 12, seed=14)]
+    a, s2 = run_join(engine, anchors, partners, [12, 13], ANSWERS)
+    b, _ = run_join(engine, anchors, partners, [12, 13], ANSWERS, reuse=NONE)
+    np.testing.assert_allclose(a.p_yes, b.p_yes, atol=1e-5)
+    _accounted(s2)
+    assert s2.tokens_computed == sum(len(x) + 3 for x in anchors) + len(anchors) * sum(len(p) - 3 + 2 for p in partners)

@@ -16,9 +16,8 @@ OPERATORS = ["sport", "kind", "by_sport", "by_venue"]
 
 
 @pytest.fixture(autouse=True)
-def _one_model_load(monkeypatch, smollm2, tmp_path):
+def _one_model_load(monkeypatch, smollm2):
     monkeypatch.setattr("quail.session.load_model", lambda spec, dtype: smollm2)
-    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "home"))
 
 
 @pytest.fixture

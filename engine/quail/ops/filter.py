@@ -14,6 +14,7 @@ from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.answers import p_yes
 from quail.ops.prompts import AnswerTokens
+from quail.planner.prefix_tree import stem
 
 
 @dataclass
@@ -28,18 +29,21 @@ def _passed(probs: list[float], questions: list, threshold: float) -> bool:
 
 def _chain(engine: Engine, doc, questions, answers, threshold, retain):
     ids, n_yes = answers.ids, len(answers.yes)
+    state = len(doc) + stem(questions)  # the questions' common opening stays with the document
 
     def program(seq: Seq | None):
         seq = seq or Seq()
         probs = []
         for i, q in enumerate(questions):
-            have = len(seq)  # the first question: a retained or shared prefix; then the whole document
-            tokens = doc[have:] + q
-            [[lp]] = yield [Extend(seq, tokens, [(len(tokens) - 1, ids)], len(doc) - have, step=f"predicate_{i + 1}")]
+            have = len(seq)  # the first question: a retained or shared prefix; then the kept state
+            tokens = (doc + q)[have:]
+            [[lp]] = yield [Extend(seq, tokens, [(len(tokens) - 1, ids)], max(len(doc) - have, 0),
+                                   step=f"predicate_{i + 1}")]
             probs.append(p_yes(lp, n_yes))
-            engine.cache.rewind(seq, len(doc))
+            engine.cache.rewind(seq, state)
             if probs[-1] < threshold:
                 break
+        engine.cache.rewind(seq, len(doc))
         engine.pool.keep_or_release(doc, seq, retain, _passed(probs, questions, threshold))
         return probs
 

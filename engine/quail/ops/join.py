@@ -10,6 +10,7 @@ from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.answers import p_yes
 from quail.ops.prompts import AnswerTokens
+from quail.planner.prefix_tree import stem
 
 
 @dataclass
@@ -19,21 +20,27 @@ class JoinResult:
 
 def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, retain):
     ids, n_yes = answers.ids, len(answers.yes)
+    common = stem(partners)  # the partners' common opening is computed once, with the anchor
 
     def program(seq: Seq | None):
         seq = seq or Seq()
-        if len(seq) < len(anchor):
-            yield [Extend(seq, anchor[len(seq):], n_document=len(anchor) - len(seq), prompt=False)]
+        head = anchor + partners[0][:common]
+        if len(seq) < len(head):
+            yield [Extend(seq, head[len(seq):], n_document=max(len(anchor) - len(seq), 0) + min(common, n_partner_doc[0]),
+                          prompt=False)]
         probs = []
         for lo in range(0, len(partners), fanout):
             wave = range(lo, min(lo + fanout, len(partners)))
             kids = [engine.cache.fork(seq) for _ in wave]
             reads = yield [
-                Extend(k, partners[j], [(len(partners[j]) - 1, ids)], n_partner_doc[j]) for k, j in zip(kids, wave)
+                Extend(k, partners[j][common:], [(len(partners[j]) - common - 1, ids)],
+                       max(n_partner_doc[j] - common, 0))
+                for k, j in zip(kids, wave)
             ]
             for k, [lp] in zip(kids, reads):
                 probs.append(p_yes(lp, n_yes))
                 engine.cache.release(k)
+        engine.cache.rewind(seq, len(anchor))
         engine.pool.keep_or_release(anchor, seq, retain)
         return probs
 
@@ -85,8 +92,9 @@ def run_join(
     for anchor in anchors:
         if reuse.rewind:
             per_kid = 1 + engine.cache.pages_for(longest)
-            fan = max(1, min(fanout, (engine.plan.arena_pages - engine.cache.pages_for(len(anchor))) // per_kid))
-            pages = engine.cache.pages_for(len(anchor)) + fan * per_kid
+            head = engine.cache.pages_for(len(anchor) + stem(partners))
+            fan = max(1, min(fanout, (engine.plan.arena_pages - head) // per_kid))
+            pages = head + fan * per_kid
             start = _anchored(engine, anchor, partners, n_doc, answers, fan, retain)
         else:
             per_pair = engine.cache.pages_for(len(anchor) + longest)

@@ -18,6 +18,7 @@ from quail.executor.stats import Stats
 from quail.pipeline.config import Pipeline
 from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.predict import OperatorTokens, Prediction, predict
+from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
 from quail.session import Session
 
@@ -75,13 +76,16 @@ class Runner:
         for s in plan.specs:
             docs = [layout.document(t) for t in source(s.inputs[0], s.columns[0])]
             if s.kind == "filter":
-                out[s.name] = OperatorTokens(docs, [len(layout.yes_no_question(q)) for q in s.questions])
+                questions = [layout.yes_no_question(q) for q in s.questions]
+                out[s.name] = OperatorTokens(docs, [len(q) for q in questions], stem=stem(questions))
             elif s.kind == "classify":
                 q = layout.label_question(s.questions[0], list(s.labels))
                 out[s.name] = OperatorTokens(docs, [len(q)], [len(layout.label(x)) for x in s.labels])
             else:
-                partners = [len(layout.partner(t)) for t in source(s.inputs[1], s.columns[1])]
-                out[s.name] = OperatorTokens(docs, [len(layout.pair_question(s.questions[0]))], partners=partners)
+                condition = layout.pair_question(s.questions[0])
+                partners = [layout.partner(t) + condition for t in source(s.inputs[1], s.columns[1])]
+                out[s.name] = OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in partners],
+                                             stem=stem(partners))
         return out
 
     def run(self, session: Session, plan: Plan, reuse: Reuse, progress: Callable) -> list[OperatorRun]:

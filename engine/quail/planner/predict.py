@@ -20,6 +20,7 @@ class OperatorTokens:
     questions: list[int]  # token counts: the predicates, the question, or the join condition
     labels: list[int] = field(default_factory=list)  # classify: token count of each label
     partners: list[int] = field(default_factory=list)  # join: token count of each right row
+    stem: int = 0  # opening tokens that every question (or partner) shares: chain mode computes them once
 
 
 @dataclass
@@ -62,19 +63,20 @@ def predict(plan: Plan, tokens: dict[str, OperatorTokens], page_size: int = 16) 
         for doc, shared in zip(t.docs, tree.shared):
             n = len(doc)
             doc_new = (1 - held) * (n - shared)
+            common = t.stem
             if spec.kind == "filter":
                 per = sel[spec.name] ** (1 / len(t.questions))
                 asks = [per**j for j in range(len(t.questions))]
                 prompts = [(a, q) for a, q in zip(asks, t.questions)]
             elif spec.kind == "classify":
-                q = t.questions[0]
+                q = common = t.questions[0]  # every label is scored on the one document+question state
                 prompts = [(1.0, q)] if min(t.labels) == 1 else []
                 prompts += [(1.0, q + n_label - 1) for n_label in t.labels if n_label > 1]
             else:
                 prompts = [(1.0, n_partner + t.questions[0]) for n_partner in t.partners]
             naive = sum(a * (n + extra) for a, extra in prompts)
             if op.chain_mode:
-                computed = doc_new + sum(a * extra for a, extra in prompts)
+                computed = doc_new + common + sum(a * (extra - common) for a, extra in prompts)
             else:
                 computed = sum(a * (doc_new + extra) for a, extra in prompts)
             p.tokens_naive += reach * naive

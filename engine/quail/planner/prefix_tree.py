@@ -18,6 +18,17 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+def stem(sequences: list[list[int]]) -> int:
+    """Leading tokens every sequence shares, leaving each at least one token of its own (chain mode
+    keeps them with the document and rewinds only past them)."""
+    if len(sequences) < 2:
+        return 0
+    n = min(len(s) for s in sequences) - 1
+    for s in sequences[1:]:
+        n = min(n, common_prefix(sequences[0], s))
+    return max(n, 0)
+
+
 @dataclass(frozen=True)
 class PrefixTree:
     order: list[int]  # the planned admission order

@@ -47,6 +47,13 @@ def smollm2():
     return load_model("smollm2-135m", "float32")
 
 
+@pytest.fixture
+def smollm2_for_every_session(monkeypatch, smollm2):
+    """Every Session.open (the CLI's, a pipeline's) reuses one loaded smollm2 instead of reading the
+    GGUF again."""
+    monkeypatch.setattr("quail.session.load_model", lambda spec, dtype: smollm2)
+
+
 @pytest.fixture(autouse=True)
 def _private_selectivity_store(monkeypatch, tmp_path):
     """Runs record observed selectivities; tests keep theirs out of the user's store. (Calibrations

@@ -17,10 +17,7 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_model_load(monkeypatch, smollm2):
-    """Every CLI run in this module reuses one loaded smollm2 instead of reading the GGUF again."""
-    monkeypatch.setattr("quail.session.load_model", lambda spec, dtype: smollm2)
+pytestmark = pytest.mark.usefixtures("smollm2_for_every_session")
 
 
 @pytest.fixture

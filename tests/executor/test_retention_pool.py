@@ -39,6 +39,9 @@ def test_full_pool_evicts_the_lowest_priority_and_refuses_what_is_worth_less():
     assert "a" not in pool and len(pool) == 3
     assert not pool.put("e", _seq(cache, 2), probability=0.1)  # worth less than everything kept
     assert pool.pages == 6 and cache.pages.num_used == 6
+    # a large entry that only the cheapest kept one could make room for is refused without evicting it
+    assert not pool.put("f", _seq(cache, 4), probability=0.7)
+    assert {k for k in "bcd" if k in pool} == {"b", "c", "d"} and pool.evictions == 1
 
 
 def test_borrowing_takes_only_what_is_worth_less_than_the_work():

@@ -15,9 +15,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 OPERATORS = ["sport", "kind", "by_sport", "by_venue"]
 
 
-@pytest.fixture(autouse=True)
-def _one_model_load(monkeypatch, smollm2):
-    monkeypatch.setattr("quail.session.load_model", lambda spec, dtype: smollm2)
+pytestmark = pytest.mark.usefixtures("smollm2_for_every_session")
 
 
 @pytest.fixture

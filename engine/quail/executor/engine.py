@@ -79,7 +79,7 @@ class Engine:
             reuse: Reuse = Reuse()) -> tuple[list, Stats]:
         stats = Stats(pages_total=self.plan.arena_pages)
         self.cache.pages.peak_used = self.cache.pages.num_used
-        start = time.perf_counter()
+        start, evictions = time.perf_counter(), self.pool.evictions
         # identical documents are computed once and their answers fanned out (counted as prefix reuse)
         first: dict[str, int] = {}
         copies: list[tuple[int, int]] = []
@@ -111,6 +111,7 @@ class Engine:
             if progress is not None:
                 progress(programs[i].rows, 0)
         stats.duplicates = len(copies)
+        stats.evictions = self.pool.evictions - evictions
         stats.seconds = time.perf_counter() - start
         stats.pages_peak = self.cache.pages.peak_used
         stats.check()

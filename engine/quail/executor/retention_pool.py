@@ -84,9 +84,12 @@ class RetentionPool:
         seq.fresh, seq.credits = 0, {}
         entry = _Entry(seq, probability, self.cost.prefill_seconds(len(seq)), consumers)
         need = self.pages + len(seq.pages) - self.capacity
-        if need > 0 and not self.borrow(need, entry.priority()):
-            self.cache.release(seq)
-            return False
+        if need > 0:
+            cheaper = sum(len(e.seq.pages) for e in self._entries.values() if e.priority() < entry.priority())
+            if cheaper < need:  # worth less than what it would push out: not kept, nothing evicted
+                self.cache.release(seq)
+                return False
+            self.borrow(need, entry.priority())
         self._entries[key] = entry
         self._pages += len(seq.pages)
         return True

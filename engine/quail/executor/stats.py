@@ -26,6 +26,7 @@ class Stats:
     rows_truncated: int = 0
     rows_skipped: int = 0
     duplicates: int = 0  # documents identical to an earlier one: computed once, answers fanned out
+    evictions: int = 0  # retained documents dropped from the pool to make room
     steps: dict[str, StepStats] = field(default_factory=dict)
 
     def step(self, name: str | None) -> StepStats | None:
@@ -35,7 +36,7 @@ class Stats:
 
     def merge(self, other: "Stats") -> "Stats":
         for name in ("tokens_naive", "tokens_computed", "document_tokens_computed", "question_tokens_computed",
-                     "forward_passes", "seconds", "rows_truncated", "rows_skipped", "duplicates"):
+                     "forward_passes", "seconds", "rows_truncated", "rows_skipped", "duplicates", "evictions"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mech in MECHANISMS:
             self.tokens_reused[mech] += other.tokens_reused[mech]

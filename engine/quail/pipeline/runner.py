@@ -11,12 +11,12 @@ import pyarrow as pa
 
 from quail.pipeline.tables import read_table, text_column, write_table
 from quail.cost.observed import SelectivityStore
-from quail.errors import QuailError
 from quail.executor.engine import Reuse
-from quail.executor.retention_pool import Retain
 from quail.executor.stats import Stats
+from quail.pipeline.compute import compute
 from quail.pipeline.config import Pipeline
-from quail.planner.plan import OperatorPlan, Plan
+from quail.pipeline.outputs import shape
+from quail.planner.plan import Plan
 from quail.planner.predict import OperatorTokens, Prediction, predict
 from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
@@ -93,12 +93,12 @@ class Runner:
         store = SelectivityStore()
         runs = []
         for spec in plan.specs:
-            op = plan[spec.name]
             inputs = [self.input(n, c) for n, c in zip(spec.inputs, spec.columns)]
-            op_reuse = Reuse(op.chain_mode, op.prefix_sharing and reuse.sharing, reuse.retention, reuse.borrowing)
-            table, stats, passed = RUNNERS[spec.kind](session, spec, op, inputs, op_reuse, self.truncate,
-                                                      progress(len(inputs[0].texts), spec.name))
+            answers, stats = compute(session, spec, plan[spec.name], reuse, [(x.texts, x.rows) for x in inputs],
+                                     self.truncate, progress(len(inputs[0].texts), spec.name))
             session.engine.pool.consumed(spec.name)
+            stats.rows_skipped = sum(x.table.num_rows - len(x.texts) for x in inputs)
+            table, passed = shape(spec, answers, [x.table for x in inputs], inputs[0].source)
             self.tables[spec.name] = table
             if spec.kind == "filter" and spec.limit is None:
                 store.record(spec.fingerprint(), len(inputs[0].texts), passed)
@@ -117,73 +117,3 @@ def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> No
     doc["predicted"] = run.predicted.rounded()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, indent=2))
-
-
-def _retain(op: OperatorPlan) -> Retain | None:
-    keep = op.retain
-    return None if keep is None else Retain(frozenset(keep.consumers), keep.passed, keep.failed)
-
-
-def _add_columns(table: pa.Table, columns: dict, source: str) -> pa.Table:
-    for name, values in columns.items():
-        if name in table.column_names:
-            raise QuailError(f"{source}: already has a column {name!r}, which the output adds")
-        table = table.append_column(name, values)
-    return table
-
-
-def _scatter(values: list, rows: list[int], n: int) -> list:
-    out = [None] * n
-    for r, v in zip(rows, values):
-        out[r] = v
-    return out
-
-
-def _filter(session, spec, op, inputs, reuse, truncate, progress):
-    [x] = inputs
-    result, stats = session.filter(x.texts, list(spec.questions), spec.threshold, spec.limit, reuse, _retain(op),
-                                   truncate, progress, x.rows)
-    stats.rows_skipped = x.table.num_rows - len(x.texts)
-    done = x.rows[: len(result.passed)]
-    passing = [r for r, ok in zip(done, result.passed) if ok][: spec.limit]
-    if not spec.keep_all:
-        return x.table.take(pa.array(passing, pa.int64())), stats, sum(result.passed)
-    n = x.table.num_rows
-    extra = {"passed": pa.array(_scatter(result.passed, x.rows, n), pa.bool_())}
-    for k in range(len(spec.questions)):
-        extra[f"p_yes_{k + 1}"] = pa.array(_scatter([p[k] for p in result.p_yes], x.rows, n), pa.float64())
-    table = _add_columns(x.table, extra, x.source)
-    if spec.limit is not None and len(passing) == spec.limit:
-        table = table.slice(0, passing[-1] + 1)  # the rows up to the N-th passing one
-    return table, stats, sum(result.passed)
-
-
-def _classify(session, spec, op, inputs, reuse, truncate, progress):
-    [x] = inputs
-    labels = list(spec.labels)
-    result, stats = session.classify(x.texts, labels, spec.questions[0], reuse, _retain(op), truncate, progress,
-                                     x.rows)
-    stats.rows_skipped = x.table.num_rows - len(x.texts)
-    n = x.table.num_rows
-    extra = {"label": pa.array(_scatter([labels[i] for i in result.labels], x.rows, n), pa.string())}
-    for k, label in enumerate(labels):
-        extra[f"p_{label}"] = pa.array(_scatter([p[k] for p in result.probabilities], x.rows, n), pa.float64())
-    return _add_columns(x.table, extra, x.source), stats, None
-
-
-def _join(session, spec, op, inputs, reuse, truncate, progress):
-    left, right = inputs
-    result, stats = session.join(left.texts, right.texts, spec.questions[0], reuse, _retain(op), truncate, progress,
-                                 left.rows, right.rows)
-    stats.rows_skipped = (left.table.num_rows - len(left.texts)) + (right.table.num_rows - len(right.texts))
-    pairs = [(left.rows[i], right.rows[j], p) for i, ps in enumerate(result.p_yes) for j, p in enumerate(ps)
-             if p >= spec.threshold]
-    lt = left.table.take(pa.array([a for a, _, _ in pairs], pa.int64()))
-    rt = right.table.take(pa.array([b for _, b, _ in pairs], pa.int64()))
-    columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
-    columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
-    columns["p_yes"] = pa.array([p for _, _, p in pairs], pa.float64())
-    return pa.table(columns), stats, None
-
-
-RUNNERS = {"filter": _filter, "classify": _classify, "join": _join}

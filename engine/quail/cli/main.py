@@ -69,6 +69,20 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("pipeline", help="PIPELINE.yaml")
         _engine_options(p, single=False)
 
+    w = sub.add_parser("worker", help="the long-lived worker that Airflow tasks send jobs to")
+    w.add_argument("action", choices=["serve", "status"])
+    w.add_argument("--model", default=DEFAULT_MODEL)
+    w.add_argument("--host", default="127.0.0.1", help="listen here (loopback unless --token is given)")
+    w.add_argument("--port", type=int, default=8815)
+    w.add_argument("--socket", help="listen on (or, for status, talk to) this Unix socket instead")
+    w.add_argument("--token", default=os.environ.get("QUAIL_WORKER_TOKEN"),
+                   help="bearer token clients must send (default: $QUAIL_WORKER_TOKEN)")
+    w.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    w.add_argument("--arena-pages", type=int)
+    w.add_argument("--max-batch-tokens", type=int, default=2048)
+    w.add_argument("--threads", type=int)
+    w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
+
     m = sub.add_parser("models", help="list or install the embedded models")
     m.add_argument("action", choices=["list", "pull"])
     m.add_argument("name", nargs="?", choices=list(EMBEDDED))
@@ -127,10 +141,41 @@ def _models(args) -> None:
     pull(args.name)
 
 
+def _worker(args) -> None:
+    location = f"grpc+unix://{Path(args.socket).resolve()}" if args.socket else f"grpc://{args.host}:{args.port}"
+    if args.action == "status":
+        from quail.worker.client import WorkerClient
+
+        for job in WorkerClient(location, args.token).status():
+            stats = job["stats"] or {}
+            print(f"{job['job'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
+                  f"{job['identity']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "
+                  f"{job['tokens_per_second']:,.0f} tok/s  computed {stats.get('tokens_computed', job['tokens_computed']):,}"
+                  + (f"  error: {job['error']}" if job["error"] else ""))
+        return
+    import signal
+
+    import torch
+
+    from quail.session import Session
+    from quail.worker.server import Worker, check_exposure
+
+    check_exposure(location, args.token)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    session = Session.open(args.model, args.dtype, args.arena_pages, args.max_batch_tokens)
+    server = Worker(session, location, args.token, args.ttl)
+    signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
+    print(f"quail worker: {session.loaded.name} on {location}", file=sys.stderr, flush=True)
+    server.serve()
+
+
 def run(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.command == "models":
         _models(args)
+        return 0
+    if args.command == "worker":
+        _worker(args)
         return 0
     if args.command in ("pipeline", "explain"):
         pipeline = load_pipeline(args.pipeline)

@@ -23,6 +23,13 @@ class OperatorPlan:
     retain: retention.RetentionEntry | None
     selectivity: float | None  # a filter's estimate: observed, or the prior
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "OperatorPlan":
+        keep = d.get("retain")
+        if keep is not None:
+            keep = retention.RetentionEntry(tuple(keep["consumers"]), keep["passed"], keep["failed"])
+        return cls(d["name"], d["chain_mode"], d["prefix_sharing"], d["sharing_reason"], keep, d["selectivity"])
+
 
 @dataclass(frozen=True)
 class Plan:

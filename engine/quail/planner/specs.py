@@ -27,3 +27,8 @@ class OperatorSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OperatorSpec":
+        tuples = {"inputs", "columns", "questions", "labels"}
+        return cls(**{k: tuple(v) if k in tuples else v for k, v in d.items()})

@@ -82,6 +82,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--max-batch-tokens", type=int, default=2048)
     w.add_argument("--threads", type=int)
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
+    w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
 
     m = sub.add_parser("models", help="list or install the embedded models")
     m.add_argument("action", choices=["list", "pull"])
@@ -163,7 +164,7 @@ def _worker(args) -> None:
     check_exposure(location, args.token)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     session = Session.open(args.model, args.dtype, args.arena_pages, args.max_batch_tokens)
-    server = Worker(session, location, args.token, args.ttl)
+    server = Worker(session, location, args.token, args.ttl, args.idle_timeout)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print(f"quail worker: {session.loaded.name} on {location}", file=sys.stderr, flush=True)
     server.serve()

@@ -1,0 +1,65 @@
+"""Sport news: a two-predicate filter, a classify of the survivors, and two joins with the same
+anchor, so the worker reuses the filter's document KV in three later tasks (KV retention)."""
+
+import os
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, Param
+
+from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator, LLMJoinOperator
+from airflow_quail.planning import plan_quail_dag
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+OUT = Path(os.environ.get("QUAIL_DAG_OUTPUT", Path(__file__).resolve().parents[1] / "out" / "dags"))
+REUSE = os.environ.get("QUAIL_DAG_REUSE", "1") == "1"  # 0: every prompt from scratch, for checks
+
+with DAG(
+    "quail_news",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"reuse": REUSE},
+    params={
+        "topic": Param("Is this article about sport?", type="string"),
+        "detail": Param("Does the article report an event or a result?", type="string"),
+        "threshold": Param(0.5, type="number"),
+    },
+) as dag:
+    sport = LLMFilterOperator(
+        task_id="sport",
+        source=str(EXAMPLES / "news.csv"),
+        text_column="text",
+        predicates=["{{ params.topic }}", "{{ params.detail }}"],
+        threshold=float(os.environ.get("QUAIL_DAG_THRESHOLD", 0.5)),
+        target=str(OUT / "sport.parquet"),
+    )
+    kind = LLMClassifyOperator(
+        task_id="kind",
+        source=sport.target,
+        text_column="text",
+        labels=["match report", "injury", "record", "management"],
+        question="What kind of sports story is this?",
+        target=str(OUT / "kind.parquet"),
+    )
+    by_sport = LLMJoinOperator(
+        task_id="by_sport",
+        left=sport.target,
+        right=str(EXAMPLES / "sports.csv"),
+        left_column="text",
+        right_column="description",
+        condition="The article is about this sport.",
+        target=str(OUT / "by_sport.parquet"),
+    )
+    by_venue = LLMJoinOperator(
+        task_id="by_venue",
+        left=sport.target,
+        right=str(EXAMPLES / "venues.csv"),
+        left_column="text",
+        right_column="description",
+        condition="The event in the article could take place at this venue.",
+        target=str(OUT / "by_venue.parquet"),
+    )
+    sport >> kind >> by_sport >> by_venue
+
+plan_quail_dag(dag)

@@ -1,0 +1,32 @@
+"""Apache Airflow provider for Quail: LLM filter, classify and join operators on a Quail worker."""
+
+__version__ = "0.1.0"
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "airflow-quail",
+        "name": "Quail",
+        "description": "LLM filter, classify and join over tables, on a worker that plans KV reuse.",
+        "versions": [__version__],
+        "connection-types": [
+            {
+                "connection-type": "quail",
+                "hook-class-name": "airflow_quail.hooks.quail.QuailHook",
+                "hook-name": "Quail",
+                "conn-fields": {
+                    "model": {"label": "Model", "schema": {"type": ["string", "null"]},
+                              "description": "An embedded model name, a .gguf file or a HF directory (local worker)"},
+                    "dtype": {"label": "Dtype", "schema": {"type": ["string", "null"], "enum": ["bfloat16", "float32", None]}},
+                    "arena_pages": {"label": "Arena pages", "schema": {"type": ["integer", "null"]}},
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "login", "extra"],
+                    "relabeling": {"host": "Worker host (empty: a local worker started on demand)",
+                                   "password": "Token"},
+                },
+            }
+        ],
+        "hooks": [{"integration-name": "Quail", "python-modules": ["airflow_quail.hooks.quail"]}],
+        "operators": [{"integration-name": "Quail", "python-modules": ["airflow_quail.operators"]}],
+    }

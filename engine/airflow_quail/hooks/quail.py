@@ -1,0 +1,38 @@
+"""QuailHook: a client for the worker that a `quail` connection names, or for a local worker
+started on demand when the connection has no host (the embedded default)."""
+
+from airflow.exceptions import AirflowNotFoundException
+from airflow.sdk import BaseHook
+
+from quail.model.registry import DEFAULT_MODEL
+from quail.worker.client import WorkerClient
+from quail.worker.local import ensure_local_worker
+
+
+class QuailHook(BaseHook):
+    conn_name_attr = "quail_conn_id"
+    default_conn_name = "quail_default"
+    conn_type = "quail"
+    hook_name = "Quail"
+
+    def __init__(self, quail_conn_id: str = default_conn_name):
+        super().__init__()
+        self.quail_conn_id = quail_conn_id
+
+    def _settings(self) -> tuple[str | None, int | None, str | None, dict]:
+        try:
+            conn = self.get_connection(self.quail_conn_id)
+        except AirflowNotFoundException:
+            if self.quail_conn_id != self.default_conn_name:
+                raise
+            return None, None, None, {}  # no quail_default: the embedded default on a local worker
+        return conn.host, conn.port, conn.password, conn.extra_dejson
+
+    def get_conn(self) -> WorkerClient:
+        host, port, token, extra = self._settings()
+        if host:
+            location = host if "://" in host else f"grpc://{host}:{port or 8815}"
+            return WorkerClient(location, token or None)
+        location = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "bfloat16",
+                                       extra.get("arena_pages"))
+        return WorkerClient(location)

@@ -1,0 +1,3 @@
+from quail.cli.main import main
+
+main()

@@ -1,0 +1,74 @@
+"""Talks to a worker: submit a job (or re-attach to it), poll its status, fetch its answers."""
+
+import json
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from quail.errors import QuailError
+from quail.executor.engine import Reuse
+from quail.planner.plan import OperatorPlan
+from quail.planner.specs import OperatorSpec
+from quail.worker.jobs import Identity
+from quail.worker.protocol import documents_table, submit_command
+
+
+class WorkerClient:
+    def __init__(self, location: str, token: str | None = None, timeout: float = 30.0):
+        self.location = location
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        self.options = flight.FlightCallOptions(headers=headers, timeout=timeout)
+        self.client = flight.FlightClient(location)
+
+    def _call(self, fn):
+        """Runs fn(options), turning Flight's errors into ones that say what to do."""
+        try:
+            return fn(self.options)
+        except flight.FlightUnauthenticatedError:
+            raise QuailError(f"the Quail worker at {self.location} refused the token") from None
+        except flight.FlightUnavailableError:
+            raise QuailError(f"no Quail worker answers at {self.location}; start one with "
+                             f"`quail worker serve --model MODEL` (see README)") from None
+        except flight.FlightServerError as e:
+            raise QuailError(f"the Quail worker: {str(e).splitlines()[0]}") from None
+
+    def _action(self, name: str, body: str = ""):
+        action = flight.Action(name, body.encode())
+        [result] = self._call(lambda options: list(self.client.do_action(action, options=options)))
+        return json.loads(result.body.to_pybytes())
+
+    def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
+               inputs: list[tuple[list[str], list[int]]]) -> tuple[str, bool]:
+        """Returns the job id, and whether it attached to a job this identity submitted before."""
+        table = documents_table(inputs)
+        descriptor = flight.FlightDescriptor.for_command(submit_command(identity, spec, op, reuse))
+        def put(options):
+            writer, reader = self.client.do_put(descriptor, table.schema, options=options)
+            with writer:
+                writer.write_table(table)
+                writer.done_writing()
+                return json.loads(reader.read().to_pybytes())
+
+        reply = self._call(put)
+        return reply["job"], reply["attached"]
+
+    def status(self, job_id: str = "") -> dict | list[dict]:
+        return self._action("status", job_id)
+
+    def cancel(self, job_id: str) -> dict:
+        return self._action("cancel", job_id)
+
+    def wait(self, job_id: str, poll: float = 0.5, on_progress: Callable[[dict], None] | None = None) -> dict:
+        while True:
+            status = self.status(job_id)
+            if on_progress is not None:
+                on_progress(status)
+            if status["state"] in ("done", "failed", "cancelled"):
+                return status
+            time.sleep(poll)
+
+    def fetch(self, job_id: str) -> pa.Table:
+        ticket = flight.Ticket(job_id.encode())
+        return self._call(lambda options: self.client.do_get(ticket, options=options).read_all())

@@ -1,0 +1,56 @@
+"""A worker on this machine, started on demand for the embedded default and left running for the
+DAG's later tasks: a detached process on a Unix socket under $QUAIL_HOME/worker, started under a
+file lock so concurrent tasks never start two, gone after an idle timeout."""
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from quail.errors import QuailError
+from quail.paths import home
+from quail.worker.client import WorkerClient
+
+
+def _answers(location: str) -> bool:
+    try:
+        WorkerClient(location, timeout=5).status()
+        return True
+    except QuailError:
+        return False
+
+
+def ensure_local_worker(model: str, dtype: str = "bfloat16", arena_pages: int | None = None,
+                        idle_timeout: float = 600.0, start_timeout: float = 600.0) -> str:
+    """The location of a running local worker for this model, started if none answers."""
+    ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}".encode()).hexdigest()[:12]
+    folder = home() / "worker"
+    folder.mkdir(parents=True, exist_ok=True)
+    sock = folder / f"{ident}.sock"
+    location = f"grpc+unix://{sock}"
+    with open(folder / f"{ident}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if sock.exists() and _answers(location):
+            return location
+        sock.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", model, "--dtype", dtype,
+                "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
+        if arena_pages:
+            argv += ["--arena-pages", str(arena_pages)]
+        log = open(folder / f"{ident}.log", "ab")
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                env=dict(os.environ, QUAIL_WORKER_TOKEN=""))
+        (folder / f"{ident}.pid").write_text(str(proc.pid))
+        deadline = time.time() + start_timeout
+        while not (sock.exists() and _answers(location)):
+            if proc.poll() is not None:
+                raise QuailError(f"the local Quail worker exited with code {proc.returncode}; "
+                                 f"see {folder / f'{ident}.log'}")
+            if time.time() > deadline:
+                raise QuailError(f"the local Quail worker did not start in {start_timeout:.0f} s; "
+                                 f"see {folder / f'{ident}.log'}")
+            time.sleep(0.5)
+    return location

@@ -1,0 +1,55 @@
+"""What travels between operators and the worker over Arrow Flight: JSON commands and Arrow
+tables, never pickle.
+
+submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse}; the table has one
+row per document: input (0, or 1 for a join's right side), row (the input row number), text.
+The worker answers with JSON {job, attached} in the put's metadata.
+"""
+
+import json
+from dataclasses import asdict
+
+import pyarrow as pa
+
+from quail.errors import QuailError
+from quail.executor.engine import Reuse
+from quail.planner.plan import OperatorPlan
+from quail.planner.specs import OperatorSpec
+from quail.worker.jobs import Identity
+
+DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])
+
+
+def submit_command(identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse) -> bytes:
+    return json.dumps({"identity": asdict(identity), "spec": spec.to_dict(), "plan": asdict(op),
+                       "reuse": asdict(reuse)}).encode()
+
+
+def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse]:
+    try:
+        doc = json.loads(command)
+        return (Identity(**doc["identity"]), OperatorSpec.from_dict(doc["spec"]),
+                OperatorPlan.from_dict(doc["plan"]), Reuse(**doc["reuse"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise QuailError(f"a malformed job submission: {e}") from None
+
+
+def documents_table(inputs: list[tuple[list[str], list[int]]]) -> pa.Table:
+    sides, rows, texts = [], [], []
+    for side, (t, r) in enumerate(inputs):
+        sides += [side] * len(t)
+        rows += r
+        texts += t
+    return pa.table([pa.array(sides, pa.int8()), pa.array(rows, pa.int64()), pa.array(texts, pa.string())],
+                    schema=DOCUMENTS)
+
+
+def split_documents(table: pa.Table, n_inputs: int) -> list[tuple[list[str], list[int]]]:
+    if not table.schema.equals(DOCUMENTS):
+        raise QuailError(f"documents must have the schema {DOCUMENTS}, got {table.schema}")
+    sides, rows, texts = (table.column(c).to_pylist() for c in ("input", "row", "text"))
+    out = []
+    for side in range(n_inputs):
+        picked = [(t, r) for s, r, t in zip(sides, rows, texts) if s == side]
+        out.append(([t for t, _ in picked], [r for _, r in picked]))
+    return out

@@ -1,0 +1,160 @@
+"""The worker: one process per device that owns the model, the KV arena, the retention pool and
+the stats store, and computes jobs that operators submit over Arrow Flight.
+
+It listens on loopback or a Unix socket unless told otherwise, and then only with a token. Jobs run
+one at a time, in submission order, on one engine session, so KV retained by one task is there
+for the next. Results stay until fetched and then for `ttl` seconds.
+"""
+
+import json
+import queue
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from quail.cost.observed import SelectivityStore
+from quail.errors import QuailError
+from quail.pipeline.compute import compute
+from quail.session import Session
+from quail.worker.jobs import Job
+from quail.worker.protocol import parse_submit, split_documents
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class _TokenCheck(flight.ServerMiddlewareFactory):
+    def __init__(self, token: str):
+        self.expected = f"Bearer {token}"
+
+    def start_call(self, info, headers):
+        if self.expected not in headers.get("authorization", []):
+            raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
+
+
+def check_exposure(location: str, token: str | None) -> None:
+    if location.startswith("grpc+unix://") or token:
+        return
+    host = location.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    if host not in LOOPBACK:
+        raise QuailError(f"listening on {host} exposes the worker: give it a --token")
+
+
+class Worker(flight.FlightServerBase):
+    def __init__(self, session: Session, location: str, token: str | None = None, ttl: float = 3600.0,
+                 idle_timeout: float | None = None):
+        check_exposure(location, token)
+        super().__init__(location, middleware={"token": _TokenCheck(token)} if token else None)
+        self.session = session
+        self.ttl = ttl
+        self.jobs: dict[str, Job] = {}
+        self.by_identity: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.queue: queue.Queue[Job] = queue.Queue()
+        self.store = SelectivityStore()
+        self.last_call = time.time()
+        threading.Thread(target=self._loop, name="quail-jobs", daemon=True).start()
+        if idle_timeout:
+            threading.Thread(target=self._exit_when_idle, args=(idle_timeout,), name="quail-idle", daemon=True).start()
+
+    def _exit_when_idle(self, seconds: float) -> None:
+        """A worker started on demand goes away after `seconds` without calls or work."""
+        while True:
+            time.sleep(min(seconds, 5.0))
+            with self.lock:
+                busy = any(not j.ended for j in self.jobs.values())
+            if not busy and time.time() - self.last_call > seconds:
+                self.shutdown()
+                return
+
+    # Flight calls
+    def do_put(self, context, descriptor, reader, writer):
+        self.last_call = time.time()
+        try:
+            identity, spec, op, reuse = parse_submit(descriptor.command)
+            inputs = split_documents(reader.read_all(), 2 if spec.kind == "join" else 1)
+        except QuailError as e:
+            raise flight.FlightServerError(str(e))
+        with self.lock:
+            self._expire()
+            existing = self.jobs.get(self.by_identity.get(identity.key, ""))
+            attached = existing is not None and existing.state not in ("failed", "cancelled")
+            if attached:
+                job = existing
+            else:
+                job = Job(identity, spec, op, reuse, inputs)
+                self.jobs[job.id] = job
+                self.by_identity[identity.key] = job.id
+                self.queue.put(job)
+        writer.write(pa.py_buffer(json.dumps({"job": job.id, "attached": attached}).encode()))
+
+    def do_get(self, context, ticket):
+        self.last_call = time.time()
+        job = self._job(ticket.ticket.decode())
+        if job.state != "done":
+            raise flight.FlightServerError(f"job {job.id} is {job.state}{': ' + job.error if job.error else ''}")
+        return flight.RecordBatchStream(job.answers)
+
+    def list_actions(self, context):
+        return [("status", "one job's status (body: job id) or all jobs'"), ("cancel", "cancel a queued job")]
+
+    def do_action(self, context, action):
+        self.last_call = time.time()
+        body = action.body.to_pybytes().decode()
+        if action.type == "status":
+            with self.lock:
+                self._expire()
+                doc = self._job(body).status() if body else [j.status() for j in self.jobs.values()]
+        elif action.type == "cancel":
+            job = self._job(body)
+            with self.lock:
+                if job.state == "queued":
+                    job.state = "cancelled"
+            doc = job.status()
+        else:
+            raise flight.FlightServerError(f"unknown action {action.type!r}")
+        yield flight.Result(json.dumps(doc).encode())
+
+    # the job loop
+    def _job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise flight.FlightServerError(f"no job {job_id!r} on this worker (finished results expire after "
+                                           f"{self.ttl:.0f} s)")
+        return job
+
+    def _expire(self) -> None:
+        now = time.time()
+        for job in [j for j in self.jobs.values() if j.finished and now - j.finished > self.ttl]:
+            del self.jobs[job.id]
+            if self.by_identity.get(job.identity.key) == job.id:
+                del self.by_identity[job.identity.key]
+
+    def _loop(self) -> None:
+        while True:
+            job = self.queue.get()
+            with self.lock:
+                if job.state != "queued":
+                    continue
+                job.state, job.started = "running", time.time()
+            self._run(job)
+
+    def _run(self, job: Job) -> None:
+        def progress(rows: int, tokens: int) -> None:
+            job.rows_done += rows
+            job.tokens_computed += tokens
+
+        try:
+            answers, stats = compute(self.session, job.spec, job.op, job.reuse, job.inputs, progress=progress,
+                                     scope=job.identity.scope)
+            if job.spec.kind == "filter" and job.spec.limit is None:
+                self.store.record(job.spec.fingerprint(), job.rows, int(sum(answers.column("passed").to_pylist())))
+            job.answers, job.stats, job.state = answers, stats.to_dict(), "done"
+        except QuailError as e:
+            job.error, job.state = str(e), "failed"
+        except Exception as e:  # an engine bug: report it to the task instead of killing the worker
+            job.error, job.state = f"{type(e).__name__}: {e}", "failed"
+        finally:
+            self.session.engine.pool.consumed(job.identity.scope + job.spec.name)
+            job.finished = time.time()

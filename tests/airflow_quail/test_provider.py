@@ -1,0 +1,62 @@
+"""Provider registration, the hook's choice of worker, and parse-time planning."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_quail import get_provider_info
+from airflow_quail.hooks.quail import QuailHook
+from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator, LLMJoinOperator
+
+DAGS = Path(__file__).parents[2] / "dags"
+
+
+def test_provider_info_declares_the_connection_type():
+    info = get_provider_info()
+    [conn] = info["connection-types"]
+    assert conn["connection-type"] == "quail" and conn["hook-class-name"] == "airflow_quail.hooks.quail.QuailHook"
+    assert set(conn["conn-fields"]) == {"model", "dtype", "arena_pages"}
+    assert conn["ui-field-behaviour"]["relabeling"]["password"] == "Token"
+    from importlib.metadata import entry_points
+
+    [ep] = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_quail")]
+    assert ep.load()() == info
+
+
+def test_a_connection_with_a_host_names_a_remote_worker(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_GPU", json.dumps({"conn_type": "quail", "host": "10.0.0.5", "port": 9000,
+                                                             "password": "tok"}))
+    client = QuailHook("quail_gpu").get_conn()
+    assert client.location == "grpc://10.0.0.5:9000"
+
+
+def test_an_unknown_connection_is_an_error():
+    from airflow.exceptions import AirflowNotFoundException
+
+    with pytest.raises(AirflowNotFoundException):
+        QuailHook("no_such_connection").get_conn()
+
+
+def test_operators_template_their_questions_and_paths():
+    assert {"source", "target", "predicates", "quail_plan"} <= set(LLMFilterOperator.template_fields)
+    assert {"labels", "question"} <= set(LLMClassifyOperator.template_fields)
+    assert {"left", "right", "condition"} <= set(LLMJoinOperator.template_fields)
+
+
+def _plan_hashes() -> dict:
+    code = ("import sys, json; sys.path.insert(0, %r); import quail_news; "
+            "print(json.dumps({t.task_id: json.loads(t.quail_plan) for t in quail_news.dag.tasks}))" % str(DAGS))
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                     check=True).stdout.splitlines()[-1])
+
+
+def test_every_parse_gives_the_same_plan():
+    """The dag-processor and each task process parse the file anew: one plan hash everywhere."""
+    first, second = _plan_hashes(), _plan_hashes()
+    assert first == second
+    assert len({p["plan_hash"] for p in first.values()}) == 1
+    assert first["sport"]["operator"]["retain"]["consumers"] == ["kind", "by_sport", "by_venue"]
+    assert first["by_venue"]["operator"]["retain"] is None

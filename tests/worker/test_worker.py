@@ -1,0 +1,135 @@
+"""The worker over Arrow Flight on a Unix socket: jobs, re-attaching, retention across jobs of one
+DAG run, isolation between runs, and the token."""
+
+import pytest
+
+from quail.errors import QuailError
+from quail.executor.engine import PhysicalPlan, Reuse
+from quail.pipeline.compute import compute
+from quail.planner.plan import plan
+from quail.planner.specs import OperatorSpec
+from quail.session import Session
+from quail.worker.client import WorkerClient
+from quail.worker.jobs import Identity
+from quail.worker.server import Worker, check_exposure
+
+TEXTS = ["The striker scored twice in the derby.", "Rates rose again.", "The keeper saved a penalty.",
+         "A new phone chip.", "The striker scored twice in the derby."]
+SPECS = [OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=0.0),
+         OperatorSpec("kind", "classify", ("sport",), ("text",), ("What kind?",), ("match", "money"))]
+
+
+@pytest.fixture
+def session(smollm2):
+    return Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+
+
+@pytest.fixture
+def worker(session, tmp_path):
+    location = f"grpc+unix://{tmp_path}/w.sock"
+    server = Worker(session, location, token="s3cret")
+    yield server, location
+    server.shutdown()
+
+
+def _inputs():
+    return [(TEXTS, list(range(len(TEXTS))))]
+
+
+def test_jobs_match_local_compute_and_retention_crosses_jobs(worker, smollm2):
+    server, location = worker
+    client = WorkerClient(location, token="s3cret")
+    p = plan(SPECS)
+    run = Identity("news", "sport", "run1")
+    job, attached = client.submit(run, SPECS[0], p["sport"], Reuse(), _inputs())
+    assert not attached
+    assert client.wait(job, poll=0.05)["state"] == "done"
+    answers = client.fetch(job)
+    again, attached = client.submit(run, SPECS[0], p["sport"], Reuse(), _inputs())  # an Airflow retry
+    assert again == job and attached
+    second = Identity("news", "kind", "run1")
+    job2, _ = client.submit(second, SPECS[1], p["kind"], Reuse(), _inputs())
+    status = client.wait(job2, poll=0.05)
+    assert status["stats"]["tokens_reused"]["retention"] > 0  # the filter's KV, kept for this task
+    assert status["rows_done"] == len(TEXTS)
+    engine = server.session.engine
+    assert engine.free_pages == engine.plan.arena_pages  # the last consumer released it
+    local = Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+    expected, _ = compute(local, SPECS[0], p["sport"], Reuse.none(), _inputs())
+    assert answers.column("passed").to_pylist() == expected.column("passed").to_pylist()
+    for a, b in zip(answers.column("p_yes_1").to_pylist(), expected.column("p_yes_1").to_pylist()):
+        assert abs(a - b) < 2e-2  # bf16: reuse changes the batch shapes, not the answer
+
+
+def test_runs_are_isolated_and_status_lists_jobs(worker):
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    p = plan(SPECS)
+    a, _ = client.submit(Identity("news", "sport", "run1"), SPECS[0], p["sport"], Reuse(), _inputs())
+    b, attached = client.submit(Identity("news", "sport", "run2"), SPECS[0], p["sport"], Reuse(), _inputs())
+    assert a != b and not attached
+    client.wait(b, poll=0.05)
+    assert {s["job"] for s in client.status()} >= {a, b}
+
+
+def test_the_token_is_required(worker):
+    _, location = worker
+    with pytest.raises(QuailError, match="refused the token"):
+        WorkerClient(location).status()
+    with pytest.raises(QuailError, match="refused the token"):
+        WorkerClient(location, token="wrong").status()
+
+
+def test_errors_name_the_problem(worker, tmp_path):
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    with pytest.raises(QuailError, match="no job 'nope'"):
+        client.fetch("nope")
+    with pytest.raises(QuailError, match="no Quail worker answers"):
+        WorkerClient(f"grpc+unix://{tmp_path}/absent.sock", timeout=2).status()
+    with pytest.raises(QuailError, match="give it a --token"):
+        check_exposure("grpc://0.0.0.0:8815", None)
+    check_exposure("grpc://127.0.0.1:8815", None)
+    check_exposure("grpc://0.0.0.0:8815", "t")
+
+
+def test_a_failed_job_reports_its_error(worker):
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    spec = OperatorSpec("f", "filter", ("t",), ("text",), ("Q?",))
+    long_text = ["word " * 9000]
+    job, _ = client.submit(Identity("d", "f", "r"), spec, plan([spec])["f"], Reuse(), [(long_text, [7])])
+    status = client.wait(job, poll=0.05)
+    assert status["state"] == "failed" and "row 7" in status["error"]
+    with pytest.raises(QuailError, match="failed"):
+        client.fetch(job)
+
+
+def test_quail_worker_serve_and_status_as_processes(tmp_path):
+    """The real command: a separate process on a Unix socket, a job from this one, then status."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sock = tmp_path / "w.sock"
+    env = dict(os.environ, QUAIL_WORKER_TOKEN="t0k")
+    quail = [sys.executable, "-m", "quail.cli"]
+    proc = subprocess.Popen(quail + ["worker", "serve", "--model", "smollm2-135m", "--socket", str(sock),
+                                     "--arena-pages", "256", "--threads", "1"], env=env, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.time() + 120
+        while not sock.exists():
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        client = WorkerClient(f"grpc+unix://{sock}", token="t0k")
+        job, _ = client.submit(Identity("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
+        assert client.wait(job, poll=0.1)["state"] == "done"
+        out = subprocess.run(quail + ["worker", "status", "--socket", str(sock)], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        assert "news/r1/sport" in out and "done" in out and f"{len(TEXTS)}/{len(TEXTS)} rows" in out
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from quail.errors import QuailError
 from quail.paths import home

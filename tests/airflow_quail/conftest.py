@@ -1,0 +1,46 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture
+def airflow_env(tmp_path):
+    """A real Airflow home (SQLite metadata database) with the example DAGs serialized; the
+    embedded smollm2 in fp32 behind quail_default, and the local worker stopped afterwards."""
+    env = dict(os.environ,
+               AIRFLOW_HOME=str(tmp_path / "airflow"), QUAIL_HOME=str(tmp_path / "quail"),
+               AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW_CONN_QUAIL_DEFAULT=json.dumps({"conn_type": "quail",
+                                                      "extra": {"model": "smollm2-135m", "dtype": "float32"}}),
+               AIRFLOW_CONN_QUAIL_DEMO_DB=json.dumps({"conn_type": "sqlite", "host": str(tmp_path / "demo.db")}),
+               QUAIL_DAG_THRESHOLD="0.1")  # smollm2 gives every row a low P(yes)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    for cmd in (["db", "migrate"], ["dags", "reserialize"]):
+        subprocess.run([airflow, *cmd], env=env, check=True, capture_output=True)
+    yield env, airflow
+    for pid in (tmp_path / "quail" / "worker").glob("*.pid"):
+        try:
+            os.kill(int(pid.read_text()), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def dags_test(env: dict, airflow: str, dag_id: str, **extra_env) -> None:
+    done = subprocess.run([airflow, "dags", "test", dag_id], env=dict(env, **extra_env), capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and "state=success" in done.stdout + done.stderr, done.stderr[-3000:]
+
+
+def worker_jobs(tmp_path: Path) -> list[dict]:
+    """Jobs on the local worker, first run first."""
+    from quail.worker.client import WorkerClient
+
+    [sock] = (tmp_path / "quail" / "worker").glob("*.sock")
+    return sorted(WorkerClient(f"grpc+unix://{sock}").status(), key=lambda j: j["identity"]["run_id"])

@@ -1,0 +1,99 @@
+"""Operator I/O through Airflow connections and SQLAlchemy: SQLite always, PostgreSQL where its
+server binaries are installed (CI installs them)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import sqlalchemy as sa
+
+from airflow_quail.io import read_source, write_target
+from quail.errors import QuailError
+
+TABLE = pa.table({"id": [1, 2, 3], "text": ["a goal", None, "rates rose"], "score": [0.5, 1.5, None],
+                  "ok": [True, False, True]})
+
+
+@pytest.fixture
+def sqlite_conn(tmp_path, monkeypatch):
+    db = tmp_path / "news.db"
+    monkeypatch.setenv("AIRFLOW_CONN_NEWS_DB", json.dumps({"conn_type": "sqlite", "host": str(db)}))
+    return "news_db"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A throwaway PostgreSQL cluster on a loopback port, owned by the postgres user (pytest's own
+    temporary folders are private to root, so it lives in a folder of its own)."""
+    pg_bin = next((Path(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
+    if pg_bin is None or shutil.which("runuser") is None:
+        pytest.skip("PostgreSQL server binaries are not installed (.ci/run installs them)")
+    data = Path(tempfile.mkdtemp(prefix="quail-pg-"))
+    shutil.chown(data, "postgres")
+    port = _free_port()
+    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    subprocess.run(as_pg + [str(pg_bin / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "postgres"],
+                   check=True, capture_output=True)
+    subprocess.run(as_pg + [str(pg_bin / "pg_ctl"), "-D", str(data / "db"), "-w", "-l", str(data / "log"), "-o",
+                            f"-p {port} -c listen_addresses=127.0.0.1 -k {data}", "start"], check=True,
+                   capture_output=True)
+    yield port
+    subprocess.run(as_pg + [str(pg_bin / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"],
+                   capture_output=True)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_conn(postgres, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", json.dumps({"conn_type": "postgres", "host": "127.0.0.1",
+                                                             "port": postgres, "login": "postgres",
+                                                             "schema": "postgres"}))
+    return "warehouse"
+
+
+@pytest.mark.parametrize("conn", ["sqlite_conn", "postgres_conn"])
+def test_tables_round_trip_and_replace_atomically(conn, request):
+    conn_id = request.getfixturevalue(conn)
+    target = f"sql://{conn_id}/scored"
+    write_target(TABLE, target)
+    back = read_source(target)
+    assert back.to_pylist() == TABLE.to_pylist()
+    write_target(TABLE.slice(0, 1), target)  # a second write replaces the table
+    assert read_source(target).num_rows == 1
+    assert read_source(f"sql://{conn_id}?query=SELECT text FROM scored WHERE id = 1").to_pylist() == [{"text": "a goal"}]
+    from airflow.sdk import BaseHook
+
+    engine = BaseHook.get_connection(conn_id).get_hook().get_sqlalchemy_engine()
+    assert [t for t in sa.inspect(engine).get_table_names() if "quail" in t] == []  # no staging table left
+
+
+def test_a_failed_write_leaves_the_old_table(sqlite_conn):
+    target = f"sql://{sqlite_conn}/scored"
+    write_target(TABLE, target)
+    with pytest.raises(QuailError, match="cannot be written to SQL"):
+        write_target(pa.table({"when": pa.array([b"x"], pa.binary())}), target)
+    assert read_source(target).num_rows == 3
+
+
+def test_bad_sources_name_the_problem(sqlite_conn):
+    write_target(TABLE, f"sql://{sqlite_conn}/scored")
+    with pytest.raises(QuailError, match="has no table 'nope'"):
+        read_source(f"sql://{sqlite_conn}/nope")
+    with pytest.raises(QuailError, match="OperationalError"):
+        read_source(f"sql://{sqlite_conn}?query=SELECT nothing FROM scored")
+    with pytest.raises(QuailError, match="give a .parquet or .csv path"):
+        read_source("data.json")
+    with pytest.raises(QuailError, match="sql://CONN_ID/TABLE"):
+        read_source("sql://only_a_conn")

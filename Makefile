@@ -21,17 +21,22 @@ $(VENV)/.demo-model: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
+AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/out/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False
+
 demo: $(VENV)/.demo-model
 	$(VENV)/bin/quail filter examples/news.csv --text-column text \
 		--predicate "Is this article about sport?" \
 		--predicate "Does the article mention a team or an athlete?" \
 		--keep-all --output out/sport.parquet --stats out/sport.stats.json
 	$(PY) -c "import pyarrow.parquet as pq; [print(r) for r in pq.read_table('out/sport.parquet').select(['id','topic','passed','p_yes_1','p_yes_2']).to_pylist()]"
-	$(VENV)/bin/quail classify examples/news.csv --text-column text \
-		--label sport --label business --label technology --label politics --label entertainment \
-		--output out/topics.parquet --stats out/topics.stats.json
 	$(VENV)/bin/quail explain examples/pipeline.yaml
-	$(VENV)/bin/quail pipeline examples/pipeline.yaml
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > out/airflow-migrate.log
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags reserialize > out/airflow-reserialize.log
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test quail_news > out/airflow-dags-test.log 2>&1 \
+		|| (tail -40 out/airflow-dags-test.log; exit 1)
+	@echo "quail_news through Airflow (airflow dags test; a local worker, SQLite metadata):"
+	@cat out/dags/report.txt
 
 bench: $(VENV)/.demo-model
 	$(PY) bench/prefill.py

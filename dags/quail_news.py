@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
 from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator, LLMJoinOperator
 from airflow_quail.planning import plan_quail_dag
@@ -60,6 +60,21 @@ with DAG(
         condition="The event in the article could take place at this venue.",
         target=str(OUT / "by_venue.parquet"),
     )
-    sport >> kind >> by_sport >> by_venue
+    @task
+    def report(ti=None) -> str:
+        """A per-task table of rows and tokens, from the operators' XCom manifests."""
+        lines = [f"{'task':<10}{'rows in':>8}{'rows out':>9}{'computed':>10}{'naive':>9}{'rewind':>8}{'prefix':>8}"
+                 f"{'retention':>10}"]
+        for name in ("sport", "kind", "by_sport", "by_venue"):
+            m = ti.xcom_pull(task_ids=name)
+            s, r = m["stats"], m["stats"]["tokens_reused"]
+            lines.append(f"{name:<10}{m['rows_in']:>8}{m['rows_out']:>9}{s['tokens_computed']:>10,}"
+                         f"{s['tokens_naive']:>9,}{r['rewind']:>8,}{r['prefix']:>8,}{r['retention']:>10,}")
+        text = "\n".join(lines)
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "report.txt").write_text(text + "\n")
+        return text
+
+    sport >> kind >> by_sport >> by_venue >> report()
 
 plan_quail_dag(dag)

@@ -13,13 +13,14 @@ from airflow_quail.planning import plan_quail_dag
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 OUT = Path(os.environ.get("QUAIL_DAG_OUTPUT", Path(__file__).resolve().parents[1] / "out" / "dags"))
 REUSE = os.environ.get("QUAIL_DAG_REUSE", "1") == "1"  # 0: every prompt from scratch, for checks
+DEFERRABLE = os.environ.get("QUAIL_DAG_DEFERRABLE", "0") == "1"  # 1: wait for jobs in the triggerer
 
 with DAG(
     "quail_news",
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    default_args={"reuse": REUSE},
+    default_args={"reuse": REUSE, "deferrable": DEFERRABLE},
     params={
         "topic": Param("Is this article about sport?", type="string"),
         "detail": Param("Does the article report an event or a result?", type="string"),

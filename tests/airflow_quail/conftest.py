@@ -32,10 +32,13 @@ def airflow_env(tmp_path):
             pass
 
 
-def dags_test(env: dict, airflow: str, dag_id: str, **extra_env) -> None:
+def dags_test(env: dict, airflow: str, dag_id: str, **extra_env) -> str:
+    """Runs the DAG with `airflow dags test`; returns its log."""
     done = subprocess.run([airflow, "dags", "test", dag_id], env=dict(env, **extra_env), capture_output=True,
                           text=True)
-    assert done.returncode == 0 and "state=success" in done.stdout + done.stderr, done.stderr[-3000:]
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and "state=success" in log, done.stderr[-3000:]
+    return log
 
 
 def worker_jobs(tmp_path: Path) -> list[dict]:

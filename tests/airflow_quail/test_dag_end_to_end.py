@@ -60,3 +60,15 @@ def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
     assert stats["failing_runs"]["tokens_reused"]["prefix"] > 0  # each trace extends the previous row
     assert stats["next_step"]["tokens_reused"]["retention"] > 0
     assert json.dumps(stats)  # plain JSON: what XCom's manifest carries
+
+
+def test_deferrable_tasks_wait_in_the_trigger_and_resume(airflow_env, tmp_path):
+    env, airflow = airflow_env
+    out = tmp_path / "deferred"
+    log = dags_test(env, airflow, "quail_news", QUAIL_DAG_OUTPUT=str(out), QUAIL_DAG_DEFERRABLE="1")
+    assert "QuailJobTrigger" in log and "deferred" in log.lower()
+    assert (out / "report.txt").exists()
+    for task in NEWS_TASKS:
+        assert pq.read_table(out / f"{task}.parquet").num_rows >= 0
+    stats = _first_run(worker_jobs(tmp_path))
+    assert stats["by_venue"]["tokens_reused"]["retention"] > 0

@@ -24,9 +24,10 @@ class _LLMOperator(BaseOperator):
     ui_color = "#f2e6c9"
 
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
-                 quail_plan: str = "", **kwargs):
+                 deferrable: bool = False, quail_plan: str = "", **kwargs):
         super().__init__(**kwargs)
         self.target = target
+        self.deferrable = deferrable
         self.quail_conn_id = quail_conn_id
         self.reuse = reuse
         self.quail_plan = quail_plan  # set by airflow_quail.planning.plan_quail_dag; shown in the UI
@@ -42,30 +43,58 @@ class _LLMOperator(BaseOperator):
             return OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
         return plan([self.spec()])[self.task_id]
 
+    def _read(self) -> tuple[list, list]:
+        tables, docs = [], []
+        for source, column in self.inputs():
+            table = read_source(source)
+            tables.append(table)
+            docs.append(text_column(table, column, source, "fail"))
+        return tables, docs
+
     def execute(self, context):
-        spec = self.spec()
         try:
-            tables, docs = [], []
-            for source, column in self.inputs():
-                table = read_source(source)
-                tables.append(table)
-                docs.append(text_column(table, column, source, "fail"))
+            tables, docs = self._read()
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
             client = QuailHook(self.quail_conn_id).get_conn()
             reuse = Reuse() if self.reuse else Reuse.none()
-            job, attached = client.submit(identity, spec, self.plan_entry(), reuse, docs)
-            self.log.info("Quail job %s %s", job, "re-attached" if attached else "submitted")
-            status = client.wait(job, on_progress=lambda s: self.log.info(
-                "%s: %d/%d rows, %.0f tok/s", s["state"], s["rows_done"], s["rows"], s["tokens_per_second"]))
-            if status["state"] != "done":
-                raise AirflowException(f"Quail job {job} {status['state']}: {status['error']}")
-            table, _ = shape(spec, client.fetch(job), tables, self.inputs()[0][0])
+            job, attached = client.submit(identity, self.spec(), self.plan_entry(), reuse, docs)
+        except QuailError as e:
+            raise AirflowException(str(e)) from None
+        self.job_id = job
+        self.log.info("Quail job %s %s", job, "re-attached" if attached else "submitted")
+        if self.deferrable:
+            from airflow_quail.triggers.quail import QuailJobTrigger
+
+            self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id), method_name="execute_complete")
+        status = client.wait(job, on_progress=lambda s: self.log.info(
+            "%s: %d/%d rows, %.0f tok/s", s["state"], s["rows_done"], s["rows"], s["tokens_per_second"]))
+        return self._finish(client, status, tables)
+
+    def execute_complete(self, context, event: dict):
+        """Resumes after the trigger saw the job end: fetch the answers and write the output."""
+        try:
+            tables, _ = self._read()
+            return self._finish(QuailHook(self.quail_conn_id).get_conn(), event, tables)
+        except QuailError as e:
+            raise AirflowException(str(e)) from None
+
+    def _finish(self, client, status: dict, tables: list) -> dict:
+        if status["state"] != "done":
+            raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
+        try:
+            table, _ = shape(self.spec(), client.fetch(status["job"]), tables, self.inputs()[0][0])
             write_target(table, self.target)
         except QuailError as e:
             raise AirflowException(str(e)) from None
         return {"target": self.target, "rows_in": tables[0].num_rows, "rows_out": table.num_rows,
                 "stats": status["stats"]}
+
+    def on_kill(self) -> None:
+        """Cancels the job if it has not started; a running job finishes, and a retry re-attaches."""
+        job = getattr(self, "job_id", None)
+        if job:
+            QuailHook(self.quail_conn_id).get_conn().cancel(job)
 
 
 class LLMFilterOperator(_LLMOperator):

@@ -133,3 +133,27 @@ def test_quail_worker_serve_and_status_as_processes(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_job_that_breaks_halfway_frees_its_pages_and_the_next_one_runs(worker, monkeypatch):
+    server, location = worker
+    client = WorkerClient(location, token="s3cret")
+    engine = server.session.engine
+    runner = engine.scheduler.runner
+    real, calls = runner.run, []
+
+    def breaks_on_the_second_pass(chunks):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("device lost")
+        return real(chunks)
+
+    monkeypatch.setattr(runner, "run", breaks_on_the_second_pass)
+    spec = OperatorSpec("f", "filter", ("t",), ("text",), ("Sport?", "A goal?"), threshold=0.0)
+    job, _ = client.submit(Identity("d", "f", "r1"), spec, plan([spec])["f"], Reuse(), _inputs())
+    status = client.wait(job, poll=0.05)
+    assert status["state"] == "failed" and "device lost" in status["error"]
+    assert engine.free_pages == engine.plan.arena_pages
+    job, _ = client.submit(Identity("d", "f", "r2"), spec, plan([spec])["f"], Reuse(), _inputs())
+    assert client.wait(job, poll=0.05)["state"] == "done"
+    assert engine.free_pages == engine.plan.arena_pages

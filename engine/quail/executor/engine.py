@@ -68,6 +68,15 @@ class Engine:
     def free_pages(self) -> int:
         return self.cache.pages.num_free
 
+    def recover(self) -> bool:
+        """After a job failed halfway, frees the pages its abandoned sequences hold. Retained KV goes
+        too (later operators recompute it). Returns whether anything had leaked."""
+        leaked = self.free_pages + self.pool.pages != self.plan.arena_pages
+        if leaked:
+            self.pool.forget()
+            self.cache.pages.reset()
+        return leaked
+
     def sharing_plan(self, docs: list[list[int]]) -> PrefixTree:
         """The PrefixTree with the prefix sharing rule applied to each document's shared pages."""
         tree = PrefixTree.build(docs, self.plan.page_size)

@@ -135,6 +135,11 @@ class RetentionPool:
             if not e.consumers:
                 self.cache.release(self._pop(key))
 
+    def forget(self) -> None:
+        """Drops every entry without releasing pages (the arena was reset under it)."""
+        self._entries.clear()
+        self._pages = 0
+
     def clear(self) -> None:
         for key in list(self._entries):
             self.cache.release(self._pop(key))

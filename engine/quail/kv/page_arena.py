@@ -31,6 +31,11 @@ class PageArena:
     def num_used(self) -> int:
         return self.num_pages - len(self._free)
 
+    def reset(self) -> None:
+        """Every page free again: after a job failed halfway, its sequences are abandoned."""
+        self._refs[:] = 0
+        self._free = list(range(self.num_pages - 1, -1, -1))
+
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
 

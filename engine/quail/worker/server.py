@@ -156,5 +156,7 @@ class Worker(flight.FlightServerBase):
         except Exception as e:  # an engine bug: report it to the task instead of killing the worker
             job.error, job.state = f"{type(e).__name__}: {e}", "failed"
         finally:
+            if job.state == "failed":
+                self.session.engine.recover()
             self.session.engine.pool.consumed(job.identity.scope + job.spec.name)
             job.finished = time.time()

@@ -1,0 +1,57 @@
+"""The hook's local worker: started on demand, shared, and started again after it died."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from airflow_quail.hooks.quail import QuailHook
+from quail.executor.engine import Reuse
+from quail.planner.plan import plan
+from quail.planner.specs import OperatorSpec
+from quail.worker.jobs import Identity
+
+TEXTS = ["The striker scored twice.", "Rates rose again.", "The keeper saved a penalty."]
+SPECS = [OperatorSpec("sport", "filter", ("t",), ("text",), ("Is this about sport?",), threshold=0.0),
+         OperatorSpec("kind", "classify", ("sport",), ("text",), ("What kind?",), ("match", "money"))]
+
+
+@pytest.fixture
+def local_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
+        {"conn_type": "quail", "extra": {"model": "smollm2-135m", "dtype": "float32", "arena_pages": 1024}}))
+    yield tmp_path / "worker"
+    for pid in (tmp_path / "worker").glob("*.pid"):
+        try:
+            os.kill(int(pid.read_text()), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _run(client, task, run_id):
+    spec = SPECS[[s.name for s in SPECS].index(task)]
+    job, _ = client.submit(Identity("d", task, run_id), spec, plan(SPECS)[task], Reuse(),
+                           [(TEXTS, list(range(len(TEXTS))))])
+    status = client.wait(job, poll=0.1)
+    assert status["state"] == "done", status
+    return client.fetch(job).to_pylist(), status["stats"]
+
+
+def test_a_worker_killed_between_tasks_is_started_again_and_recomputes(local_default):
+    client = QuailHook().get_conn()
+    assert QuailHook().get_conn().location == client.location  # one worker for every task
+    _run(client, "sport", "r1")
+    _, kept = _run(client, "kind", "r1")
+    assert kept["tokens_reused"]["retention"] > 0
+    _run(client, "sport", "r2")
+    [pid] = local_default.glob("*.pid")
+    os.kill(int(pid.read_text()), signal.SIGKILL)  # dies with r2's retained KV
+    time.sleep(0.5)
+    client = QuailHook().get_conn()  # a new worker
+    answers, stats = _run(client, "kind", "r2")
+    assert stats["tokens_reused"]["retention"] == 0  # recomputed
+    first, _ = _run(client, "kind", "r3")
+    assert [r["label"] for r in answers] == [r["label"] for r in first]

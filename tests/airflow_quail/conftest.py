@@ -10,6 +10,14 @@ import pytest
 ROOT = Path(__file__).parents[2]
 
 
+def stop_local_workers(folder: Path) -> None:
+    for pid in folder.glob("*.pid"):
+        try:
+            os.kill(int(pid.read_text()), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.fixture
 def airflow_env(tmp_path):
     """A real Airflow home (SQLite metadata database) with the example DAGs serialized; the
@@ -25,11 +33,7 @@ def airflow_env(tmp_path):
     for cmd in (["db", "migrate"], ["dags", "reserialize"]):
         subprocess.run([airflow, *cmd], env=env, check=True, capture_output=True)
     yield env, airflow
-    for pid in (tmp_path / "quail" / "worker").glob("*.pid"):
-        try:
-            os.kill(int(pid.read_text()), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    stop_local_workers(tmp_path / "quail" / "worker")
 
 
 def dags_test(env: dict, airflow: str, dag_id: str, **extra_env) -> str:
@@ -47,3 +51,13 @@ def worker_jobs(tmp_path: Path) -> list[dict]:
 
     [sock] = (tmp_path / "quail" / "worker").glob("*.sock")
     return sorted(WorkerClient(f"grpc+unix://{sock}").status(), key=lambda j: j["identity"]["run_id"])
+
+
+@pytest.fixture
+def local_default(tmp_path, monkeypatch):
+    """quail_default on a local worker started on demand under this test's QUAIL_HOME; stopped after."""
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
+        {"conn_type": "quail", "extra": {"model": "smollm2-135m", "dtype": "float32", "arena_pages": 1024}}))
+    yield tmp_path / "worker"
+    stop_local_workers(tmp_path / "worker")

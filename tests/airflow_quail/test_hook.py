@@ -1,11 +1,8 @@
 """The hook's local worker: started on demand, shared, and started again after it died."""
 
-import json
 import os
 import signal
 import time
-
-import pytest
 
 from airflow_quail.hooks.quail import QuailHook
 from quail.executor.engine import Reuse
@@ -16,19 +13,6 @@ from quail.worker.jobs import Identity
 TEXTS = ["The striker scored twice.", "Rates rose again.", "The keeper saved a penalty."]
 SPECS = [OperatorSpec("sport", "filter", ("t",), ("text",), ("Is this about sport?",), threshold=0.0),
          OperatorSpec("kind", "classify", ("sport",), ("text",), ("What kind?",), ("match", "money"))]
-
-
-@pytest.fixture
-def local_default(tmp_path, monkeypatch):
-    monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
-    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
-        {"conn_type": "quail", "extra": {"model": "smollm2-135m", "dtype": "float32", "arena_pages": 1024}}))
-    yield tmp_path / "worker"
-    for pid in (tmp_path / "worker").glob("*.pid"):
-        try:
-            os.kill(int(pid.read_text()), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 def _run(client, task, run_id):

@@ -1,0 +1,48 @@
+"""A task killed mid-job and retried re-attaches to its job on the worker (the identity has no
+try number) and writes its output exactly once."""
+
+import multiprocessing
+import os
+import signal
+import time
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+
+from airflow_quail.hooks.quail import QuailHook
+from airflow_quail.operators import LLMFilterOperator
+
+NEWS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "news.csv")
+
+
+def _operator(target: str) -> LLMFilterOperator:
+    return LLMFilterOperator(task_id="sport", source=NEWS, text_column="text", target=target, threshold=0.1,
+                             predicates=["Is this article about sport?", "Does it report a result?"])
+
+
+def _context(try_number: int) -> dict:
+    return {"ti": SimpleNamespace(dag_id="news", task_id="sport", run_id="r1", map_index=-1, try_number=try_number)}
+
+
+def _first_try(target: str) -> None:
+    _operator(target).execute(_context(1))
+
+
+def test_a_killed_task_retries_into_the_same_job(local_default, tmp_path):
+    target = str(tmp_path / "sport.parquet")
+    client = QuailHook().get_conn()  # the worker is up before the first try starts
+    first = multiprocessing.get_context("spawn").Process(target=_first_try, args=(target,))
+    first.start()
+    deadline = time.time() + 120
+    while not client.status():
+        assert time.time() < deadline and first.is_alive()
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)  # killed while its job is queued or running on the worker
+    first.join()
+    assert not os.path.exists(target)
+    manifest = _operator(target).execute(_context(2))
+    [job] = client.status()  # one job for this identity: the retry attached to it
+    assert job["state"] == "done"
+    assert manifest["rows_out"] == pq.read_table(target).num_rows
+    assert manifest["stats"] == job["stats"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".sport")] == []  # no temporary files

@@ -60,3 +60,14 @@ def test_every_parse_gives_the_same_plan():
     assert len({p["plan_hash"] for p in first.values()}) == 1
     assert first["sport"]["operator"]["retain"]["consumers"] == ["kind", "by_sport", "by_venue"]
     assert first["by_venue"]["operator"]["retain"] is None
+
+
+def test_the_trigger_serializes_to_itself():
+    import importlib
+
+    from airflow_quail.triggers.quail import QuailJobTrigger
+
+    path, kwargs = QuailJobTrigger("job-1", "quail_gpu", 1.5).serialize()
+    module, name = path.rsplit(".", 1)
+    again = getattr(importlib.import_module(module), name)(**kwargs)
+    assert again.serialize() == (path, kwargs) and kwargs["job_id"] == "job-1"

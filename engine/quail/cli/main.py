@@ -187,12 +187,12 @@ def run(argv=None) -> int:
         explain = args.explain
     import torch
 
+    from quail.cost.observed import SelectivityStore
     from quail.executor.engine import Reuse
     from quail.pipeline.explain import describe_plan, describe_run
     from quail.pipeline.runner import Runner
     from quail.planner.plan import plan as make_plan
     from quail.planner.predict import predict
-    from quail.cost.observed import SelectivityStore
     from quail.session import Session
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)

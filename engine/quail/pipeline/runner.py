@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from quail.pipeline.tables import read_table, text_column, write_table
 from quail.cost.observed import SelectivityStore
 from quail.executor.engine import Reuse
 from quail.executor.stats import Stats
 from quail.pipeline.compute import compute
 from quail.pipeline.config import Pipeline
 from quail.pipeline.outputs import shape
+from quail.pipeline.tables import read_table, text_column, write_table
 from quail.planner.plan import Plan
 from quail.planner.predict import OperatorTokens, Prediction, predict
 from quail.planner.prefix_tree import stem

@@ -15,7 +15,7 @@ from quail.model.registry import DEFAULT_MODEL
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
-from quail.ops.prompts import PromptLayout
+from quail.ops.prompts import DEFAULT_QUESTION, PromptLayout
 
 
 def _reuse(reuse: bool | Reuse) -> Reuse:
@@ -90,7 +90,7 @@ class Session:
 
     def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
                  progress=None, rows=None) -> tuple[ClassifyResult, Stats]:
-        q = self.layout.label_question(question or "Which category does the document belong to?", labels)
+        q = self.layout.label_question(question or DEFAULT_QUESTION, labels)
         label_tokens = [self.layout.label(label) for label in labels]
         docs = self.documents(texts, self.layout.document, len(q) + max(map(len, label_tokens)), truncate, rows)
         result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, _reuse(reuse), _retain(retain),

@@ -13,6 +13,7 @@ from airflow_quail.hooks.quail import QuailHook
 from airflow_quail.io import read_source, write_target
 from quail.errors import QuailError
 from quail.executor.engine import Reuse
+from quail.ops.prompts import DEFAULT_QUESTION
 from quail.pipeline.outputs import shape
 from quail.pipeline.tables import text_column
 from quail.planner.plan import OperatorPlan, plan
@@ -125,8 +126,6 @@ class LLMClassifyOperator(_LLMOperator):
         return [(self.source, self.text_column)]
 
     def spec(self):
-        from quail.pipeline.config import DEFAULT_QUESTION
-
         return OperatorSpec(self.task_id, "classify", (self.source,), (self.text_column,),
                             (self.question or DEFAULT_QUESTION,), tuple(self.labels), output=self.target)
 

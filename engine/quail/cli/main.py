@@ -9,7 +9,8 @@ from pathlib import Path
 from quail.cli.progress import Progress
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL, EMBEDDED, installed, pull
-from quail.pipeline.config import DEFAULT_QUESTION, Pipeline, load_pipeline
+from quail.ops.prompts import DEFAULT_QUESTION
+from quail.pipeline.config import Pipeline, load_pipeline
 from quail.planner.specs import OperatorSpec
 
 

@@ -11,6 +11,7 @@ may, and as a last resort drops other holds (those documents then compute their 
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ class Program:
     doc: list[int] | None = None  # its document: the key for retention, sharing and duplicates
     rows: int = 1  # progress units it completes
 
-    @property
+    @cached_property  # a hash of the whole document; read by dedup, admission and claims
     def key(self) -> str | None:
         return None if self.doc is None else document_key(self.doc)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from quail.model.tokenizer import Tokenizer
 
 SYSTEM = "You answer questions about documents. Reply with one word."
+DEFAULT_QUESTION = "Which category does the document belong to?"  # classify without a question
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import yaml
 
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
+from quail.ops.prompts import DEFAULT_QUESTION
 from quail.planner.specs import KINDS, OperatorSpec
 
 _KEYS = {
@@ -29,7 +30,6 @@ _KEYS = {
     "classify": {"input", "column", "labels", "question"},
     "join": {"left", "right", "left_column", "right_column", "condition", "threshold"},
 }
-DEFAULT_QUESTION = "Which category does the document belong to?"
 
 
 @dataclass

@@ -22,7 +22,8 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/out/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	AIRFLOW__CORE__LOAD_EXAMPLES=False
+	AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW_CONN_QUAIL_DEMO_DB='{"conn_type": "sqlite", "host": "$(CURDIR)/out/quail_demo.db"}'
 
 demo: $(VENV)/.demo-model
 	$(VENV)/bin/quail filter examples/news.csv --text-column text \
@@ -33,9 +34,9 @@ demo: $(VENV)/.demo-model
 	$(VENV)/bin/quail explain examples/pipeline.yaml
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > out/airflow-migrate.log
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags reserialize > out/airflow-reserialize.log
-	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test quail_news > out/airflow-dags-test.log 2>&1 \
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test quail_jokes > out/airflow-dags-test.log 2>&1 \
 		|| (tail -40 out/airflow-dags-test.log; exit 1)
-	@echo "quail_news through Airflow (airflow dags test; a local worker, SQLite metadata):"
+	@echo "quail_jokes through Airflow (airflow dags test; a local worker, SQLite metadata and data):"
 	@cat out/dags/report.txt
 
 bench: $(VENV)/.demo-model

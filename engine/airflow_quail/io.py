@@ -2,6 +2,10 @@
 
 - A path ending in .parquet or .csv (outputs are Parquet): a temporary file in the same folder,
   then a rename.
+- A URI such as `file:///data/x.parquet` or `s3://aws_default@bucket/x.parquet`: Airflow's
+  ObjectStoragePath, with the filesystems that installed providers register. An output is written
+  under a temporary name beside the target and then moved onto it; object stores publish the
+  moved object whole.
 - `sql://CONN_ID/TABLE` or `sql://CONN_ID?query=SELECT ...`: a table or query through an Airflow
   connection's SQLAlchemy engine. An output table is built under a temporary name and swapped in
   within one transaction (SQLite and PostgreSQL have transactional DDL), so readers see the old
@@ -10,12 +14,14 @@
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from quail.errors import QuailError
-from quail.pipeline.tables import read_table, write_table
+from quail.pipeline.tables import parse_table, read_table, write_table
 
 
 @dataclass(frozen=True)
@@ -45,12 +51,33 @@ def _engine(conn_id: str) -> sa.Engine:
     return hook.get_sqlalchemy_engine()
 
 
+def _object_path(uri: str):
+    """An ObjectStoragePath for a URI with a scheme other than sql://; None for a local path."""
+    scheme, sep, _ = uri.partition("://")
+    if not sep or scheme == "sql":
+        return None
+    from airflow.sdk import ObjectStoragePath
+
+    try:
+        path = ObjectStoragePath(uri)
+        path.fs
+    except ValueError as e:
+        raise QuailError(f"{uri!r}: {e}; install the Airflow provider for {scheme}://") from None
+    return path
+
+
 def read_source(source: str) -> pa.Table:
     where = parse_sql(source)
     if where is None:
         if not source.lower().endswith((".parquet", ".csv")):
-            raise QuailError(f"source {source!r}: give a .parquet or .csv path, or sql://CONN_ID/TABLE")
-        return read_table(source)
+            raise QuailError(f"source {source!r}: give a .parquet or .csv path or URI, or sql://CONN_ID/TABLE")
+        path = _object_path(source)
+        if path is None:
+            return read_table(source)
+        if not path.is_file():
+            raise QuailError(f"source {source!r}: no such object")
+        with path.open("rb") as f:
+            return parse_table(pa.PythonFile(f, mode="r"), source)
     engine = _engine(where.conn_id)
     if where.table is not None:
         if not sa.inspect(engine).has_table(where.table):
@@ -83,13 +110,40 @@ def _sql_type(t: pa.DataType):
     raise QuailError(f"a column of type {t} cannot be written to SQL")
 
 
-def write_target(table: pa.Table, target: str) -> None:
+def _write_object(table: pa.Table, path) -> None:
+    temp = path.parent / f".{path.name}.quail-{uuid.uuid4().hex[:8]}.tmp"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with temp.open("wb") as f:
+            pq.write_table(table, f)
+        temp.replace(path)
+    except BaseException:
+        if temp.exists():
+            temp.unlink()
+        raise
+
+
+def target_location(target: str):
+    """Where an output goes (a SqlLocation, an ObjectStoragePath or a local path), checked before
+    any work is done for it."""
     where = parse_sql(target)
-    if where is None:
+    if where is not None:
+        if where.table is None:
+            raise QuailError(f"target {target!r}: a target is a table, sql://CONN_ID/TABLE")
+        return where
+    if not target.lower().endswith(".parquet"):
+        raise QuailError(f"target {target!r}: outputs are .parquet paths or URIs, or sql://CONN_ID/TABLE")
+    return _object_path(target) or Path(target)
+
+
+def write_target(table: pa.Table, target: str) -> None:
+    where = target_location(target)
+    if isinstance(where, Path):
         write_table(table, target)
         return
-    if where.table is None:
-        raise QuailError(f"target {target!r}: a target is a table, sql://CONN_ID/TABLE")
+    if not isinstance(where, SqlLocation):
+        _write_object(table, where)
+        return
     engine = _engine(where.conn_id)
     temp = f"{where.table}__quail_{uuid.uuid4().hex[:8]}"
     staging = sa.Table(temp, sa.MetaData(), *[sa.Column(f.name, _sql_type(f.type)) for f in table.schema])

@@ -6,9 +6,10 @@ import json
 
 import pyarrow.parquet as pq
 
-from tests.airflow_quail.conftest import dags_test, worker_jobs
+from tests.airflow_quail.conftest import JOKES, dags_test, worker_jobs
 
-NEWS_TASKS = ["sport", "kind", "by_sport", "by_venue"]
+JOKES_TASKS = ["tech", "theme", "by_technology", "audience"]
+IN_SQLITE = {"tech": "tech_jokes", "theme": "joke_themes"}  # the rest are Parquet files
 
 
 def _same(a: list[dict], b: list[dict]) -> None:
@@ -24,22 +25,33 @@ def _first_run(jobs: list[dict]) -> dict:
     return {j["operator"]: j["stats"] for j in jobs if j["identity"]["run_id"] == first}
 
 
-def test_news_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
+def _jokes_outputs(out, db) -> dict:
+    import sqlalchemy as sa
+
+    with sa.create_engine(f"sqlite:///{db}").connect() as c:
+        tables = {t: [dict(r._mapping) for r in c.execute(sa.text(f"SELECT * FROM {name} ORDER BY id"))]
+                  for t, name in IN_SQLITE.items()}
+    return tables | {t: pq.read_table(out / f"{t}.parquet").to_pylist() for t in JOKES_TASKS if t not in IN_SQLITE}
+
+
+def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
     env, airflow = airflow_env
     outputs = {}
     for reuse in ("1", "0"):
         out = tmp_path / f"out{reuse}"
-        dags_test(env, airflow, "quail_news", QUAIL_DAG_OUTPUT=str(out), QUAIL_DAG_REUSE=reuse)
-        outputs[reuse] = {t: pq.read_table(out / f"{t}.parquet").to_pylist() for t in NEWS_TASKS}
-    assert 0 < len(outputs["1"]["sport"]) < 12
-    for task in NEWS_TASKS:
+        dags_test(env, airflow, "quail_jokes", {"rows": JOKES}, QUAIL_DAG_OUTPUT=str(out), QUAIL_DAG_REUSE=reuse)
+        outputs[reuse] = _jokes_outputs(out, tmp_path / "demo.db")
+    assert 0 < len(outputs["1"]["tech"]) < JOKES
+    for task in JOKES_TASKS:
         _same(outputs["1"][task], outputs["0"][task])
     stats = _first_run(worker_jobs(tmp_path))
-    assert set(stats) == set(NEWS_TASKS)
-    for task in NEWS_TASKS[1:]:
-        assert stats[task]["tokens_reused"]["retention"] > 0, task  # KV the sport task computed
+    assert set(stats) == set(JOKES_TASKS)
+    for task in JOKES_TASKS[1:]:
+        assert stats[task]["tokens_reused"]["retention"] > 0, task  # KV the tech task computed
     for s in stats.values():
         assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+    assert (tmp_path / "out1" / "report.txt").read_text().splitlines()[1].split()[:3] == \
+           ["tech", str(JOKES), str(len(outputs["1"]["tech"]))]
 
 
 def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
@@ -65,10 +77,9 @@ def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
 def test_deferrable_tasks_wait_in_the_trigger_and_resume(airflow_env, tmp_path):
     env, airflow = airflow_env
     out = tmp_path / "deferred"
-    log = dags_test(env, airflow, "quail_news", QUAIL_DAG_OUTPUT=str(out), QUAIL_DAG_DEFERRABLE="1")
+    log = dags_test(env, airflow, "quail_jokes", {"rows": 8}, QUAIL_DAG_OUTPUT=str(out), QUAIL_DAG_DEFERRABLE="1")
     assert "QuailJobTrigger" in log and "deferred" in log.lower()
     assert (out / "report.txt").exists()
-    for task in NEWS_TASKS:
-        assert pq.read_table(out / f"{task}.parquet").num_rows >= 0
+    assert set(_jokes_outputs(out, tmp_path / "demo.db")) == set(JOKES_TASKS)
     stats = _first_run(worker_jobs(tmp_path))
-    assert stats["by_venue"]["tokens_reused"]["retention"] > 0
+    assert stats["audience"]["tokens_reused"]["retention"] > 0

@@ -97,3 +97,41 @@ def test_bad_sources_name_the_problem(sqlite_conn):
         read_source("data.json")
     with pytest.raises(QuailError, match="sql://CONN_ID/TABLE"):
         read_source("sql://only_a_conn")
+
+
+@pytest.fixture
+def memory_store():
+    """An fsspec in-memory filesystem attached to Airflow's object storage as memory://."""
+    import fsspec
+    from airflow.sdk.io import attach
+
+    fs = fsspec.filesystem("memory")
+    attach("memory", fs=fs)
+    yield fs
+    fs.store.clear()
+
+
+def test_object_storage_paths_round_trip_and_replace_whole(memory_store, tmp_path):
+    target = "memory://lake/scored/out.parquet"
+    write_target(TABLE, target)
+    assert read_source(target).to_pylist() == TABLE.to_pylist()
+    write_target(TABLE.slice(0, 1), target)
+    assert read_source(target).num_rows == 1
+    assert [p for p in memory_store.store if "quail" in p] == []  # no temporary object left
+    local = f"file://{tmp_path}/x.parquet"  # the local filesystem through the same path
+    write_target(TABLE, local)
+    assert read_source(local).num_rows == 3 and (tmp_path / "x.parquet").is_file()
+    memory_store.pipe("/lake/in.csv", b"id,text\n1,a goal\n")
+    assert read_source("memory://lake/in.csv").to_pylist() == [{"id": 1, "text": "a goal"}]
+
+
+def test_bad_object_paths_name_the_problem(memory_store):
+    with pytest.raises(QuailError, match="no such object"):
+        read_source("memory://lake/absent.parquet")
+    with pytest.raises(QuailError, match="provider for nosuch://"):
+        read_source("nosuch://bucket/x.parquet")
+    with pytest.raises(QuailError, match="outputs are .parquet"):
+        write_target(TABLE, "memory://lake/out.csv")
+    memory_store.pipe("/lake/bad.parquet", b"not parquet")
+    with pytest.raises(QuailError, match="not a readable Parquet file"):
+        read_source("memory://lake/bad.parquet")

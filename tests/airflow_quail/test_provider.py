@@ -47,8 +47,8 @@ def test_operators_template_their_questions_and_paths():
 
 
 def _plan_hashes() -> dict:
-    code = ("import sys, json; sys.path.insert(0, %r); import quail_news; "
-            "print(json.dumps({t.task_id: json.loads(t.quail_plan) for t in quail_news.dag.tasks if hasattr(t, 'quail_plan')}))" % str(DAGS))
+    code = ("import sys, json; sys.path.insert(0, %r); import quail_jokes; "
+            "print(json.dumps({t.task_id: json.loads(t.quail_plan) for t in quail_jokes.dag.tasks if hasattr(t, 'quail_plan')}))" % str(DAGS))
     return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                      check=True).stdout.splitlines()[-1])
 
@@ -58,8 +58,8 @@ def test_every_parse_gives_the_same_plan():
     first, second = _plan_hashes(), _plan_hashes()
     assert first == second
     assert len({p["plan_hash"] for p in first.values()}) == 1
-    assert first["sport"]["operator"]["retain"]["consumers"] == ["kind", "by_sport", "by_venue"]
-    assert first["by_venue"]["operator"]["retain"] is None
+    assert first["tech"]["operator"]["retain"]["consumers"] == ["theme", "by_technology", "audience"]
+    assert first["audience"]["operator"]["retain"] is None
 
 
 def test_the_trigger_serializes_to_itself():

@@ -157,3 +157,38 @@ def test_a_job_that_breaks_halfway_frees_its_pages_and_the_next_one_runs(worker,
     job, _ = client.submit(Identity("d", "f", "r2"), spec, plan([spec])["f"], Reuse(), _inputs())
     assert client.wait(job, poll=0.05)["state"] == "done"
     assert engine.free_pages == engine.plan.arena_pages
+
+
+def test_concurrent_jobs_share_forward_passes(worker):
+    server, location = worker
+    client = WorkerClient(location, token="s3cret")
+    p = plan(SPECS)
+    texts = [f"{t} Report {i}." for i in range(12) for t in TEXTS]
+    inputs = [(texts, list(range(len(texts))))]
+    jobs = [client.submit(Identity("news", "sport", run), SPECS[0], p["sport"], Reuse(), inputs)[0]
+            for run in ("run1", "run2")]
+    done = [client.wait(job, poll=0.05) for job in jobs]
+    assert [s["state"] for s in done] == ["done", "done"]
+    first, second = (client.fetch(job).column("passed").to_pylist() for job in jobs)
+    assert first == second
+    passes = sum(s["stats"]["forward_passes"] for s in done)
+    assert server.session.engine.scheduler.forward_passes < passes
+
+
+def test_cancelling_a_running_job_stops_it_and_frees_its_pages(worker):
+    server, location = worker
+    client = WorkerClient(location, token="s3cret")
+    texts = [f"{t} Report {i}." for i in range(60) for t in TEXTS]
+    identity = Identity("news", "sport", "run1")
+    job, _ = client.submit(identity, SPECS[0], plan(SPECS)["sport"], Reuse(), [(texts, list(range(len(texts))))])
+    while (s := client.status(job))["rows_done"] == 0:
+        assert s["state"] in ("queued", "running")
+    client.cancel(job)
+    status = client.wait(job, poll=0.05)
+    assert status["state"] == "cancelled" and status["rows_done"] < len(texts)
+    engine = server.session.engine
+    engine.scheduler.call(engine.pool.clear)  # what the filter kept for the classify
+    assert engine.free_pages == engine.plan.arena_pages
+    again, attached = client.submit(identity, SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
+    assert again != job and not attached  # a retry after a cancel computes anew
+    assert client.wait(again, poll=0.05)["state"] == "done"

@@ -10,7 +10,7 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
 from airflow_quail.hooks.quail import QuailHook
-from airflow_quail.io import read_source, write_target
+from airflow_quail.io import read_source, target_location, write_target
 from quail.errors import QuailError
 from quail.executor.engine import Reuse
 from quail.ops.prompts import DEFAULT_QUESTION
@@ -54,6 +54,7 @@ class _LLMOperator(BaseOperator):
 
     def execute(self, context):
         try:
+            target_location(self.target)
             tables, docs = self._read()
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)

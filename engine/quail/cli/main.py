@@ -84,6 +84,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--threads", type=int)
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
+    w.add_argument("--max-jobs", type=int, default=8, help="jobs computed at once, batched into the same passes")
 
     m = sub.add_parser("models", help="list or install the embedded models")
     m.add_argument("action", choices=["list", "pull"])
@@ -165,10 +166,13 @@ def _worker(args) -> None:
     check_exposure(location, args.token)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     session = Session.open(args.model, args.dtype, args.arena_pages, args.max_batch_tokens)
-    server = Worker(session, location, args.token, args.ttl, args.idle_timeout)
+    if args.max_jobs < 1:
+        raise QuailError(f"--max-jobs must be at least 1, got {args.max_jobs}")
+    server = Worker(session, location, args.token, args.ttl, args.idle_timeout, args.max_jobs)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print(f"quail worker: {session.loaded.name} on {location}", file=sys.stderr, flush=True)
     server.serve()
+    server.drain()
 
 
 def run(argv=None) -> int:

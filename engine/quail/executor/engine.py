@@ -68,14 +68,9 @@ class Engine:
     def free_pages(self) -> int:
         return self.cache.pages.num_free
 
-    def recover(self) -> bool:
-        """After a job failed halfway, frees the pages its abandoned sequences hold. Retained KV goes
-        too (later operators recompute it). Returns whether anything had leaked."""
-        leaked = self.free_pages + self.pool.pages != self.plan.arena_pages
-        if leaked:
-            self.pool.forget()
-            self.cache.pages.reset()
-        return leaked
+    def consumed(self, operator: str) -> None:
+        """The retention schedule: `operator` ran, so KV only it could claim is freed."""
+        self.scheduler.call(lambda: self.pool.consumed(operator))
 
     def sharing_plan(self, docs: list[list[int]]) -> PrefixTree:
         """The PrefixTree with the prefix sharing rule applied to each document's shared pages."""
@@ -87,8 +82,7 @@ class Engine:
     def run(self, programs: list[Program], progress: Callable[[int, int], None] | None = None,
             reuse: Reuse = Reuse()) -> tuple[list, Stats]:
         stats = Stats(pages_total=self.plan.arena_pages)
-        self.cache.pages.peak_used = self.cache.pages.num_used
-        start, evictions = time.perf_counter(), self.pool.evictions
+        start = time.perf_counter()
         # identical documents are computed once and their answers fanned out (counted as prefix reuse)
         first: dict[str, int] = {}
         copies: list[tuple[int, int]] = []
@@ -120,8 +114,6 @@ class Engine:
             if progress is not None:
                 progress(programs[i].rows, 0)
         stats.duplicates = len(copies)
-        stats.evictions = self.pool.evictions - evictions
         stats.seconds = time.perf_counter() - start
-        stats.pages_peak = self.cache.pages.peak_used
         stats.check()
         return results, stats

@@ -135,10 +135,8 @@ class RetentionPool:
             if not e.consumers:
                 self.cache.release(self._pop(key))
 
-    def forget(self) -> None:
-        """Drops every entry without releasing pages (the arena was reset under it)."""
-        self._entries.clear()
-        self._pages = 0
+    def sequences(self) -> list[Seq]:
+        return [e.seq for e in self._entries.values()]
 
     def clear(self) -> None:
         for key in list(self._entries):

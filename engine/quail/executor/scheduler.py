@@ -7,8 +7,13 @@ with it waits until the parent's KV for them is written, then starts from a refe
 pages (a "hold", kept while it waits). When pages run short, admission borrows them from the
 retention pool, lowest priority first, if the work is worth more; with nothing running it always
 may, and as a last resort drops other holds (those documents then compute their prefix).
+
+Concurrent callers (the worker's jobs) are batched into the same passes: each call is a group with
+its own sharing plan and accounting, admitted side by side under one page budget.
 """
 
+import threading
+from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -71,21 +76,68 @@ class _Request:
 
 
 @dataclass
-class _Active:
-    index: int
-    program: Program
-    gen: ProgramGen
-    requests: list[_Request]
-
-
-@dataclass
 class Outcome:
     results: list
     naive: list[StepStats]  # per program: the tokens and prompts a from-scratch run evaluates
     naive_steps: list[dict[str, StepStats]]
 
 
+@dataclass
+class _Group:
+    """One Engine.run call (a job's documents): its programs, sharing plan, accounting and state.
+    Groups of concurrent jobs are admitted side by side and share forward passes."""
+
+    programs: list[Program]
+    tree: PrefixTree
+    stats: Stats
+    borrowing: bool
+    progress: Callable[[int, int], None] | None
+    out: Outcome = field(init=False)
+    keys: list[str | None] = field(init=False)
+    waiting: list[int] = field(init=False)
+    pending: dict[int, list[int]] = field(init=False)  # parent -> children that have no hold yet
+    finished: set[int] = field(default_factory=set)
+    holds: dict[int, Seq] = field(default_factory=dict)
+    running: int = 0
+    rows: int = 0  # finished this step
+    tokens: int = 0  # computed this step
+    error: BaseException | None = None
+    done: bool = False
+
+    def __post_init__(self):
+        n = len(self.programs)
+        self.out = Outcome([None] * n, [StepStats() for _ in range(n)], [{} for _ in range(n)])
+        self.keys = [p.key for p in self.programs]
+        self.waiting = list(self.tree.order)
+        self.pending = self.tree.children()
+
+    def blocked(self, i: int, pool: RetentionPool) -> bool:
+        p = self.tree.parent[i]
+        return p is not None and i not in self.holds and p not in self.finished and self.keys[i] not in pool
+
+    def stop(self, cache: PagedKVCache, error: BaseException) -> None:
+        """Admits nothing more; what is running finishes (a cancel) or is abandoned by the caller."""
+        self.error = self.error or error
+        self.waiting, self.pending = [], {}
+        for seq in self.holds.values():
+            cache.release(seq)
+        self.holds = {}
+
+
+@dataclass
+class _Active:
+    group: _Group
+    index: int
+    program: Program
+    gen: ProgramGen
+    requests: list[_Request]
+
+
 class Scheduler:
+    """Threads that call `run` at once have their groups batched together. Whichever caller finds
+    no one driving steps every group until its own is done, then hands over; all engine state is
+    touched only by the driving thread (`call` runs a function there, between passes)."""
+
     def __init__(self, runner: ModelRunner, cache: PagedKVCache, pool: RetentionPool, cost: CostModel,
                  max_batch_tokens: int):
         self.runner = runner
@@ -93,9 +145,19 @@ class Scheduler:
         self.pool = pool
         self.cost = cost
         self.max_batch_tokens = max_batch_tokens
+        self.groups: list[_Group] = []
+        self.active: list[_Active] = []
+        self.reserved = 0  # pages the admitted programs may hold at once
+        self.forward_passes = 0
+        self._inbox: deque[Callable[[], None]] = deque()
+        self._turn = threading.Condition()
+        self._driving = False
+        self._abandoned = False  # a failed group left pages behind: collected once nothing runs
 
     def run(self, programs: list[Program], tree: PrefixTree, stats: Stats, borrowing: bool = True,
             progress: Callable[[int, int], None] | None = None) -> Outcome:
+        """`progress(rows, tokens)` is called after every pass; if it raises, the group stops
+        admitting, lets its running programs finish and raises that error (a cancel)."""
         total = self.cache.pages.num_pages
         for i, p in enumerate(programs):
             if p.pages > total:
@@ -103,125 +165,223 @@ class Scheduler:
                     f"--arena-pages {total} is too small: row {i} needs {p.pages} pages "
                     f"({p.pages * self.cache.page_size} tokens with its question); use at least {p.pages}"
                 )
-        out = Outcome([None] * len(programs), [StepStats() for _ in programs], [{} for _ in programs])
-        keys = [p.key for p in programs]
-        waiting = list(tree.order)
-        finished: set[int] = set()
-        pending = tree.children()  # parent -> children that have no hold yet
-        holds: dict[int, Seq] = {}
-        active: list[_Active] = []
-        reserved = 0
+        group = _Group(programs, tree, stats, borrowing, progress)
+        self._drive(lambda: self.groups.append(group), lambda: group.done)
+        if group.error is not None:
+            raise group.error
+        return group.out
 
-        def blocked(i: int) -> bool:
-            p = tree.parent[i]
-            return p is not None and i not in holds and p not in finished and keys[i] not in self.pool
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Runs fn between forward passes, on the thread that owns the arena and the pool."""
+        box: list = []
 
-        def held_pages(but: int) -> int:
-            return len({page for c, h in holds.items() if c != but for page in h.pages})
+        def task():
+            try:
+                box.append((fn(), None))
+            except Exception as e:
+                box.append((None, e))
 
-        def short(i: int) -> int:
-            """Pages program i lacks (its own hold and claim become part of its reservation)."""
-            free = total - reserved - held_pages(i) - (self.pool.pages - self.pool.pages_of(keys[i]))
-            return programs[i].pages - free
+        self._drive(task, lambda: bool(box))
+        value, error = box[0]
+        if error is not None:
+            raise error
+        return value
 
-        def fits(i: int) -> bool:
-            return short(i) <= 0
-
-        def make_room(i: int, position: int) -> bool:
-            next_use = {keys[j]: n for n, j in enumerate(waiting[position:]) if keys[j]}
-            doc = programs[i].doc
-            worth = None
-            if active and borrowing:
-                seconds = self.cost.prefill_seconds(len(doc) if doc else programs[i].pages * self.cache.page_size)
-                worth = retention.priority(1.0, seconds, programs[i].pages)
-            elif active:
-                return False
-            self.pool.borrow(short(i), worth, next_use)
-            if not fits(i) and not active:
-                for c in [c for c in holds if c != i]:
-                    self.cache.release(holds.pop(c))
-            return fits(i)
-
-        def offer(act: _Active) -> None:
-            """Makes holds for the children whose shared prefix this program's KV now covers."""
-            for c in list(pending.get(act.index, ())):
-                s = tree.shared[c]
-                for req in act.requests:
-                    seq = req.ext.seq
-                    if len(seq) >= s and seq.tokens[:s] == programs[c].doc[:s]:
-                        holds[c] = self.cache.prefix(seq, s)
-                        pending[act.index].remove(c)
-                        break
-
-        while waiting or active:
-            position = 0
-            started_rows = 0
-            while position < len(waiting):
-                i = waiting[position]
-                if blocked(i):
-                    position += 1
-                    continue
-                if not fits(i) and not make_room(i, position):
+    def _drive(self, task: Callable[[], None], until: Callable[[], bool]) -> None:
+        with self._turn:
+            self._inbox.append(task)
+            while not until():
+                if not self._driving:
+                    self._driving = True
                     break
-                waiting.pop(position)
-                if tree.parent[i] is not None and i in pending.get(tree.parent[i], ()):
-                    pending[tree.parent[i]].remove(i)  # admitted without a hold: it needs none later
-                claimed = self.pool.take(keys[i]) if keys[i] else None
-                hold = holds.pop(i, None)
-                if claimed is not None and hold is not None:
-                    self.cache.release(hold)
-                reserved += programs[i].pages
-                act = _Active(i, programs[i], programs[i].start(claimed or hold), [])
-                self._advance(act, None, out)
-                if act.requests:
-                    active.append(act)
-                    offer(act)
-                else:
-                    reserved -= programs[i].pages
-                    finished.add(i)
-                    started_rows += programs[i].rows
-            chunks, owners = self._batch(active, stats)
-            if chunks:
+                self._turn.wait()
+            else:
+                return
+        try:
+            while True:
+                while self._inbox:
+                    self._inbox.popleft()()
+                if until():
+                    return
+                self._step()
+                with self._turn:
+                    self._turn.notify_all()
+        finally:
+            with self._turn:
+                self._driving = False
+                self._turn.notify_all()
+
+    # admission
+    def _held_pages(self, but: tuple[_Group, int]) -> int:
+        return len({page for g in self.groups for c, h in g.holds.items() if (g, c) != but for page in h.pages})
+
+    def _short(self, g: _Group, i: int) -> int:
+        """Pages program i lacks (its own hold and claim become part of its reservation)."""
+        free = (self.cache.pages.num_pages - self.reserved - self._held_pages((g, i))
+                - (self.pool.pages - self.pool.pages_of(g.keys[i])))
+        return g.programs[i].pages - free
+
+    def _make_room(self, g: _Group, i: int, position: int) -> bool:
+        next_use = {k: n for h in self.groups for n, j in enumerate(h.waiting[position if h is g else 0:])
+                    if (k := h.keys[j])}
+        doc = g.programs[i].doc
+        worth = None
+        if self.active and g.borrowing:
+            seconds = self.cost.prefill_seconds(len(doc) if doc else g.programs[i].pages * self.cache.page_size)
+            worth = retention.priority(1.0, seconds, g.programs[i].pages)
+        elif self.active:
+            return False
+        before = self.pool.evictions
+        self.pool.borrow(self._short(g, i), worth, next_use)
+        g.stats.evictions += self.pool.evictions - before
+        if self._short(g, i) > 0 and not self.active:
+            for h in self.groups:
+                for c in [c for c in h.holds if (h, c) != (g, i)]:
+                    self.cache.release(h.holds.pop(c))
+        return self._short(g, i) <= 0
+
+    def _admit(self, g: _Group) -> None:
+        position = 0
+        while position < len(g.waiting):
+            i = g.waiting[position]
+            if g.blocked(i, self.pool):
+                position += 1
+                continue
+            if self._short(g, i) > 0 and not self._make_room(g, i, position):
+                break
+            g.waiting.pop(position)
+            parent = g.tree.parent[i]
+            if parent is not None and i in g.pending.get(parent, ()):
+                g.pending[parent].remove(i)  # admitted without a hold: it needs none later
+            claimed = self.pool.take(g.keys[i]) if g.keys[i] else None
+            hold = g.holds.pop(i, None)
+            if claimed is not None and hold is not None:
+                self.cache.release(hold)
+            self.reserved += g.programs[i].pages
+            g.running += 1
+            act = _Active(g, i, g.programs[i], g.programs[i].start(claimed or hold), [])
+            if not self._advance(act, None):
+                return
+            if act.requests:
+                self.active.append(act)
+                self._offer(act)
+            else:
+                self._finished(act)
+
+    def _offer(self, act: _Active) -> None:
+        """Makes holds for the children whose shared prefix this program's KV now covers."""
+        g = act.group
+        for c in list(g.pending.get(act.index, ())):
+            s = g.tree.shared[c]
+            for req in act.requests:
+                seq = req.ext.seq
+                if len(seq) >= s and seq.tokens[:s] == g.programs[c].doc[:s]:
+                    g.holds[c] = self.cache.prefix(seq, s)
+                    g.pending[act.index].remove(c)
+                    break
+
+    def _finished(self, act: _Active) -> None:
+        g = act.group
+        self.reserved -= act.program.pages
+        g.running -= 1
+        g.rows += act.program.rows
+        g.finished.add(act.index)
+        g.pending.pop(act.index, None)  # children it gave no hold compute their prefix
+
+    def _fail(self, g: _Group, error: BaseException, current: _Active | None = None) -> None:
+        """A program raised (an engine bug): its group's running programs are abandoned and their
+        pages collected once nothing runs; other groups go on."""
+        g.stop(self.cache, error)
+        doomed = [a for a in self.active if a.group is g]
+        if current is not None and current not in doomed:
+            doomed.append(current)
+        for act in doomed:
+            if act in self.active:
+                self.active.remove(act)
+            act.gen.close()
+            self.reserved -= act.program.pages
+            g.running -= 1
+        self._abandoned = True
+
+    def _collect(self) -> None:
+        """With nothing running, only the pool's sequences and holds own pages."""
+        live = [s.pages for s in self.pool.sequences()] + [h.pages for g in self.groups for h in g.holds.values()]
+        self.cache.pages.rebuild(live)
+        self._abandoned = False
+
+    # one scheduler step: admit, one forward pass, advance
+    def _step(self) -> None:
+        for g in self.groups:
+            if g.error is None:
+                self._admit(g)
+        chunks, owners = self._batch()
+        if chunks:
+            groups = list({id(a.group): a.group for a, _, _ in owners}.values())
+            try:
                 outputs = self.runner.run(chunks)
-                stats.forward_passes += 1
-                for (req, offset), chunk, o in zip(owners, chunks, outputs):
+            except Exception as e:
+                for g in groups:
+                    self._fail(g, e)
+                outputs = None
+            if outputs is not None:
+                self.forward_passes += 1
+                for g in groups:  # the arena is fullest right after a pass wrote its KV
+                    g.stats.forward_passes += 1
+                    g.stats.pages_peak = max(g.stats.pages_peak, self.cache.pages.num_used)
+                for (act, req, offset), chunk, o in zip(owners, chunks, outputs):
                     for r, row in zip(chunk.reads, o):
                         req.reads[offset + r] = row
                     req.done += len(chunk.tokens)
-            for act in active:
-                offer(act)
-            still = []
-            finished_rows = started_rows
-            for act in active:
-                if any(r.remaining for r in act.requests):
-                    still.append(act)
-                    continue
-                self._advance(act, [self._finish(r, stats, out, act.index) for r in act.requests], out)
-                if act.requests:
-                    still.append(act)
-                else:
-                    reserved -= act.program.pages
-                    finished_rows += act.program.rows
-                    finished.add(act.index)
-                    pending.pop(act.index, None)  # children it gave no hold compute their prefix
-            active = still
-            if progress is not None:
-                progress(finished_rows, sum(len(c.tokens) for c in chunks))
-        return out
+                    act.group.tokens += len(chunk.tokens)
+        for act in self.active:
+            self._offer(act)
+        for act in list(self.active):
+            if act not in self.active or any(r.remaining for r in act.requests):
+                continue
+            if not self._advance(act, [self._finish(r, act) for r in act.requests]):
+                continue
+            if not act.requests:
+                self.active.remove(act)
+                self._finished(act)
+        for g in list(self.groups):
+            self._report(g)
+            if not g.waiting and not g.running:
+                self.groups.remove(g)
+                g.done = True
+        if self._abandoned and not self.active:
+            self._collect()
 
-    def _advance(self, act: _Active, sent: list[Reads] | None, out: Outcome) -> None:
+    def _report(self, g: _Group) -> None:
+        rows, tokens, g.rows, g.tokens = g.rows, g.tokens, 0, 0
+        if g.progress is None or g.error is not None:
+            return
+        try:
+            g.progress(rows, tokens)
+        except Exception as e:  # a cancel: what runs finishes, nothing more is admitted
+            g.stop(self.cache, e)
+
+    def _advance(self, act: _Active, sent: list[Reads] | None) -> bool:
+        """Runs the program to its next requests; False if it raised (its group failed)."""
+        g, before = act.group, self.pool.evictions
         exts = []
         try:
             while not exts:  # a program may yield nothing to do (say, no multi-token labels)
                 exts = act.gen.send(sent)
                 sent = []
         except StopIteration as stop:
-            out.results[act.index] = stop.value
+            g.out.results[act.index] = stop.value
+        except Exception as e:
+            self._fail(g, e, act)
+            return False
+        finally:
+            g.stats.evictions += self.pool.evictions - before  # a full pool evicts to keep what ends here
         act.requests = [_Request(e) for e in exts]
+        return True
 
-    def _batch(self, active: list[_Active], stats: Stats):
+    def _batch(self) -> tuple[list[Chunk], list[tuple[_Active, _Request, int]]]:
         chunks, owners, budget = [], [], self.max_batch_tokens
-        for act in active:
+        for act in self.active:
+            stats = act.group.stats
             for req in act.requests:
                 if budget == 0:
                     return chunks, owners
@@ -232,7 +392,7 @@ class Scheduler:
                 ext = req.ext
                 reads = [off - lo for off, _ in ext.reads if lo <= off < hi]
                 chunks.append(Chunk(ext.seq, ext.tokens[lo:hi], reads))
-                owners.append((req, lo))
+                owners.append((act, req, lo))
                 doc = max(0, min(hi, ext.n_document) - lo)
                 stats.document_tokens_computed += doc
                 stats.question_tokens_computed += take - doc
@@ -243,8 +403,9 @@ class Scheduler:
         return chunks, owners
 
     @staticmethod
-    def _finish(req: _Request, stats: Stats, out: Outcome, index: int) -> Reads:
+    def _finish(req: _Request, act: _Active) -> Reads:
         ext, seq = req.ext, req.ext.seq
+        stats, out = act.group.stats, act.group.out
         if not ext.prompt:
             seq.fresh += len(ext.tokens)
         else:
@@ -257,12 +418,12 @@ class Scheduler:
             stats.tokens_reused["rewind"] += reused
             stats.tokens_naive += total
             seq.fresh, seq.credits = 0, {}
-            out.naive[index].tokens_naive += total
-            out.naive[index].prompts += 1
+            out.naive[act.index].tokens_naive += total
+            out.naive[act.index].prompts += 1
             if (s := stats.step(ext.step)) is not None:
                 s.tokens_naive += total
                 s.prompts += 1
-                mine = out.naive_steps[index].setdefault(ext.step, StepStats())
+                mine = out.naive_steps[act.index].setdefault(ext.step, StepStats())
                 mine.tokens_naive += total
                 mine.prompts += 1
         return [req.reads[off][ids].numpy() for off, ids in ext.reads]

@@ -21,7 +21,6 @@ class PageArena:
         self.page_size = page_size
         self._refs = np.zeros(num_pages, dtype=np.int64)
         self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
-        self.peak_used = 0
 
     @property
     def num_free(self) -> int:
@@ -31,10 +30,13 @@ class PageArena:
     def num_used(self) -> int:
         return self.num_pages - len(self._free)
 
-    def reset(self) -> None:
-        """Every page free again: after a job failed halfway, its sequences are abandoned."""
+    def rebuild(self, live: list[list[int]]) -> None:
+        """Reference counts from the sequences still alive, after others were abandoned mid-job;
+        every page none of them holds is free again."""
         self._refs[:] = 0
-        self._free = list(range(self.num_pages - 1, -1, -1))
+        for pages in live:
+            np.add.at(self._refs, np.asarray(pages, dtype=np.int64), 1)
+        self._free = [p for p in range(self.num_pages - 1, -1, -1) if self._refs[p] == 0]
 
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
@@ -44,7 +46,6 @@ class PageArena:
             raise ArenaFull(f"all {self.num_pages} pages are in use")
         page = self._free.pop()
         self._refs[page] = 1
-        self.peak_used = max(self.peak_used, self.num_used)
         return page
 
     def refcount(self, page: int) -> int:

@@ -96,7 +96,7 @@ class Runner:
             inputs = [self.input(n, c) for n, c in zip(spec.inputs, spec.columns)]
             answers, stats = compute(session, spec, plan[spec.name], reuse, [(x.texts, x.rows) for x in inputs],
                                      self.truncate, progress(len(inputs[0].texts), spec.name))
-            session.engine.pool.consumed(spec.name)
+            session.engine.consumed(spec.name)
             stats.rows_skipped = sum(x.table.num_rows - len(x.texts) for x in inputs)
             table, passed = shape(spec, answers, [x.table for x in inputs], inputs[0].source)
             self.tables[spec.name] = table

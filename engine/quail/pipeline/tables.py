@@ -16,12 +16,16 @@ def read_table(path: str) -> pa.Table:
     p = Path(path)
     if not p.is_file():
         raise QuailError(f"input {path}: no such file")
+    return parse_table(p, path)
+
+
+def parse_table(source, name: str) -> pa.Table:
+    """A CSV or Parquet table from a path or an open binary file, by `name`'s suffix."""
+    csv = name.lower().endswith(".csv")
     try:
-        if p.suffix.lower() == ".csv":
-            return pacsv.read_csv(p)
-        return pq.read_table(p)
+        return pacsv.read_csv(source) if csv else pq.read_table(source)
     except (pa.ArrowInvalid, OSError) as e:
-        raise QuailError(f"input {path}: not a readable {'CSV' if p.suffix.lower() == '.csv' else 'Parquet'} file: {e}")
+        raise QuailError(f"input {name}: not a readable {'CSV' if csv else 'Parquet'} file: {e}")
 
 
 def text_column(table: pa.Table, column: str, source: str, on_null: str) -> tuple[list[str], list[int]]:

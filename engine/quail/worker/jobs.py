@@ -47,6 +47,7 @@ class Job:
     answers: pa.Table | None = None
     stats: dict | None = None
     error: str | None = None
+    cancel_requested: bool = False
 
     @property
     def rows(self) -> int:

@@ -1,15 +1,16 @@
 """The worker: one process per device that owns the model, the KV arena, the retention pool and
 the stats store, and computes jobs that operators submit over Arrow Flight.
 
-It listens on loopback or a Unix socket unless told otherwise, and then only with a token. Jobs run
-one at a time, in submission order, on one engine session, so KV retained by one task is there
-for the next. Results stay until fetched and then for `ttl` seconds.
+It listens on loopback or a Unix socket unless told otherwise, and then only with a token. Up to
+`max_jobs` jobs run at once, each on its own thread, and the engine batches them into the same
+forward passes; KV retained by one task is there for the next. Results stay until fetched and then
+for `ttl` seconds.
 """
 
 import json
-import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -22,6 +23,10 @@ from quail.worker.jobs import Job
 from quail.worker.protocol import parse_submit, split_documents
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class Cancelled(QuailError):
+    """A job cancelled while it ran: its rows in flight finished, nothing more was started."""
 
 
 class _TokenCheck(flight.ServerMiddlewareFactory):
@@ -43,7 +48,7 @@ def check_exposure(location: str, token: str | None) -> None:
 
 class Worker(flight.FlightServerBase):
     def __init__(self, session: Session, location: str, token: str | None = None, ttl: float = 3600.0,
-                 idle_timeout: float | None = None):
+                 idle_timeout: float | None = None, max_jobs: int = 8):
         check_exposure(location, token)
         super().__init__(location, middleware={"token": _TokenCheck(token)} if token else None)
         self.session = session
@@ -51,10 +56,9 @@ class Worker(flight.FlightServerBase):
         self.jobs: dict[str, Job] = {}
         self.by_identity: dict[str, str] = {}
         self.lock = threading.Lock()
-        self.queue: queue.Queue[Job] = queue.Queue()
+        self.runners = ThreadPoolExecutor(max_jobs, thread_name_prefix="quail-job")
         self.store = SelectivityStore()
         self.last_call = time.time()
-        threading.Thread(target=self._loop, name="quail-jobs", daemon=True).start()
         if idle_timeout:
             threading.Thread(target=self._exit_when_idle, args=(idle_timeout,), name="quail-idle", daemon=True).start()
 
@@ -67,6 +71,16 @@ class Worker(flight.FlightServerBase):
             if not busy and time.time() - self.last_call > seconds:
                 self.shutdown()
                 return
+
+    def drain(self) -> None:
+        """After shutdown (SIGTERM): what is queued is cancelled, what runs stops after its rows in
+        flight. A task whose job this cancels resubmits it to the next worker, which recomputes."""
+        with self.lock:
+            for job in self.jobs.values():
+                if job.state == "queued":
+                    job.state, job.finished = "cancelled", time.time()
+                job.cancel_requested = not job.ended
+        self.runners.shutdown(wait=True)
 
     # Flight calls
     def do_put(self, context, descriptor, reader, writer):
@@ -86,7 +100,7 @@ class Worker(flight.FlightServerBase):
                 job = Job(identity, spec, op, reuse, inputs)
                 self.jobs[job.id] = job
                 self.by_identity[identity.key] = job.id
-                self.queue.put(job)
+                self.runners.submit(self._run, job)
         writer.write(pa.py_buffer(json.dumps({"job": job.id, "attached": attached}).encode()))
 
     def do_get(self, context, ticket):
@@ -97,7 +111,8 @@ class Worker(flight.FlightServerBase):
         return flight.RecordBatchStream(job.answers)
 
     def list_actions(self, context):
-        return [("status", "one job's status (body: job id) or all jobs'"), ("cancel", "cancel a queued job")]
+        return [("status", "one job's status (body: job id) or all jobs'"),
+                ("cancel", "cancel a job: a queued one at once, a running one after its rows in flight")]
 
     def do_action(self, context, action):
         self.last_call = time.time()
@@ -111,6 +126,8 @@ class Worker(flight.FlightServerBase):
             with self.lock:
                 if job.state == "queued":
                     job.state = "cancelled"
+                    job.finished = time.time()
+                job.cancel_requested = not job.ended
             doc = job.status()
         else:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
@@ -131,32 +148,32 @@ class Worker(flight.FlightServerBase):
             if self.by_identity.get(job.identity.key) == job.id:
                 del self.by_identity[job.identity.key]
 
-    def _loop(self) -> None:
-        while True:
-            job = self.queue.get()
-            with self.lock:
-                if job.state != "queued":
-                    continue
-                job.state, job.started = "running", time.time()
-            self._run(job)
-
     def _run(self, job: Job) -> None:
+        with self.lock:
+            if job.state != "queued":
+                return
+            job.state, job.started = "running", time.time()
+
         def progress(rows: int, tokens: int) -> None:
             job.rows_done += rows
             job.tokens_computed += tokens
+            if job.cancel_requested:
+                raise Cancelled(f"job {job.id} was cancelled")
 
         try:
             answers, stats = compute(self.session, job.spec, job.op, job.reuse, job.inputs, progress=progress,
                                      scope=job.identity.scope)
             if job.spec.kind == "filter" and job.spec.limit is None:
-                self.store.record(job.spec.fingerprint(), job.rows, int(sum(answers.column("passed").to_pylist())))
+                with self.lock:
+                    self.store.record(job.spec.fingerprint(), job.rows,
+                                      int(sum(answers.column("passed").to_pylist())))
             job.answers, job.stats, job.state = answers, stats.to_dict(), "done"
+        except Cancelled:
+            job.state = "cancelled"
         except QuailError as e:
             job.error, job.state = str(e), "failed"
         except Exception as e:  # an engine bug: report it to the task instead of killing the worker
             job.error, job.state = f"{type(e).__name__}: {e}", "failed"
         finally:
-            if job.state == "failed":
-                self.session.engine.recover()
-            self.session.engine.pool.consumed(job.identity.scope + job.spec.name)
+            self.session.engine.consumed(job.identity.scope + job.spec.name)
             job.finished = time.time()

@@ -44,15 +44,16 @@ def parse_sql(uri: str) -> SqlLocation | None:
     return SqlLocation(conn_id, table, None)
 
 
-def _engine(conn_id: str) -> sa.Engine:
+def sql_engine(conn_id: str) -> sa.Engine:
     from airflow.sdk import BaseHook
 
     hook = BaseHook.get_connection(conn_id).get_hook()
     return hook.get_sqlalchemy_engine()
 
 
-def _object_path(uri: str):
-    """An ObjectStoragePath for a URI with a scheme other than sql://; None for a local path."""
+def object_path(uri: str, readable: bool = True):
+    """An ObjectStoragePath for a URI with a scheme other than sql://; None for a local path.
+    readable: a filesystem for its scheme must be registered (lineage only names it)."""
     scheme, sep, _ = uri.partition("://")
     if not sep or scheme == "sql":
         return None
@@ -60,7 +61,8 @@ def _object_path(uri: str):
 
     try:
         path = ObjectStoragePath(uri)
-        path.fs
+        if readable:
+            path.fs
     except ValueError as e:
         raise QuailError(f"{uri!r}: {e}; install the Airflow provider for {scheme}://") from None
     return path
@@ -71,14 +73,14 @@ def read_source(source: str) -> pa.Table:
     if where is None:
         if not source.lower().endswith((".parquet", ".csv")):
             raise QuailError(f"source {source!r}: give a .parquet or .csv path or URI, or sql://CONN_ID/TABLE")
-        path = _object_path(source)
+        path = object_path(source)
         if path is None:
             return read_table(source)
         if not path.is_file():
             raise QuailError(f"source {source!r}: no such object")
         with path.open("rb") as f:
             return parse_table(pa.PythonFile(f, mode="r"), source)
-    engine = _engine(where.conn_id)
+    engine = sql_engine(where.conn_id)
     if where.table is not None:
         if not sa.inspect(engine).has_table(where.table):
             raise QuailError(f"source {source!r}: connection {where.conn_id!r} has no table {where.table!r}")
@@ -133,7 +135,7 @@ def target_location(target: str):
         return where
     if not target.lower().endswith(".parquet"):
         raise QuailError(f"target {target!r}: outputs are .parquet paths or URIs, or sql://CONN_ID/TABLE")
-    return _object_path(target) or Path(target)
+    return object_path(target) or Path(target)
 
 
 def write_target(table: pa.Table, target: str) -> None:
@@ -144,7 +146,7 @@ def write_target(table: pa.Table, target: str) -> None:
     if not isinstance(where, SqlLocation):
         _write_object(table, where)
         return
-    engine = _engine(where.conn_id)
+    engine = sql_engine(where.conn_id)
     temp = f"{where.table}__quail_{uuid.uuid4().hex[:8]}"
     staging = sa.Table(temp, sa.MetaData(), *[sa.Column(f.name, _sql_type(f.type)) for f in table.schema])
     quote = engine.dialect.identifier_preparer.quote

@@ -60,8 +60,11 @@ def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
     env, airflow = airflow_env
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'demo.db'}")
     tables = {}
+    events = tmp_path / "openlineage"
+    lineage = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events),
+                                                              "append": True})}
     for reuse in ("1", "0"):
-        dags_test(env, airflow, "quail_traces", QUAIL_DAG_REUSE=reuse)
+        dags_test(env, airflow, "quail_traces", QUAIL_DAG_REUSE=reuse, **lineage)
         with engine.connect() as c:
             tables[reuse] = {t: [dict(r._mapping) for r in c.execute(sa.text(f"SELECT * FROM {t} ORDER BY id"))]
                              for t in ("failing_runs", "next_step")}
@@ -72,6 +75,13 @@ def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
     assert stats["failing_runs"]["tokens_reused"]["prefix"] > 0  # each trace extends the previous row
     assert stats["next_step"]["tokens_reused"]["retention"] > 0
     assert json.dumps(stats)  # plain JSON: what XCom's manifest carries
+    db = f"sqlite://{tmp_path / 'demo.db'}"
+    done = [e for e in map(json.loads, events.read_text().splitlines())
+            if e["eventType"] == "COMPLETE" and e["job"]["name"] == "quail_traces.next_step"]
+    assert [(d["namespace"], d["name"]) for d in done[0]["inputs"]] == [(db, "failing_runs")]
+    [out] = done[0]["outputs"]
+    assert (out["namespace"], out["name"]) == (db, "next_step")
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] == len(tables["1"]["next_step"])
 
 
 def test_deferrable_tasks_wait_in_the_trigger_and_resume(airflow_env, tmp_path):

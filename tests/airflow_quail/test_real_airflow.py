@@ -49,7 +49,9 @@ def test_jokes_dag_under_a_real_airflow(airflow_env, tmp_path):
     env = dict(env, AIRFLOW__CORE__EXECUTOR="LocalExecutor", AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="ci:admin",
                AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(tmp_path / "passwords.json"),
                AIRFLOW__API__BASE_URL=base, AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{base}/execution/",
-               QUAIL_DAG_OUTPUT=str(tmp_path / "out"))
+               QUAIL_DAG_OUTPUT=str(tmp_path / "out"),
+               AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(tmp_path / "ol"),
+                                                            "append": True}))
     commands = [["api-server", "--host", "127.0.0.1", "--port", str(port)], ["scheduler", "--skip-serve-logs"],
                 ["dag-processor"], ["triggerer", "--skip-serve-logs"]]
     logs = [open(tmp_path / f"{c[0]}.log", "w") for c in commands]
@@ -81,3 +83,6 @@ def test_jokes_dag_under_a_real_airflow(airflow_env, tmp_path):
     for task in ("theme", "by_technology", "audience"):
         assert stats[task]["tokens_reused"]["retention"] > 0, task  # across task processes
     assert (Path(tmp_path) / "out" / "report.txt").exists()
+    events = [json.loads(line) for line in (tmp_path / "ol").read_text().splitlines()]
+    [tech] = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == "quail_jokes.tech"]
+    assert [d["name"] for d in tech["inputs"]] == ["jokes"] and [d["name"] for d in tech["outputs"]] == ["tech_jokes"]

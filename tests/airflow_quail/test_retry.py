@@ -46,3 +46,37 @@ def test_a_killed_task_retries_into_the_same_job(local_default, tmp_path):
     assert manifest["rows_out"] == pq.read_table(target).num_rows
     assert manifest["stats"] == job["stats"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".sport")] == []  # no temporary files
+
+
+def test_on_kill_cancels_the_running_job_and_writes_nothing(local_default, tmp_path):
+    import threading
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    source = tmp_path / "many.csv"
+    pacsv.write_csv(pa.table({"text": [f"Match report number {i}: the home side won." for i in range(400)]}), source)
+    target = str(tmp_path / "out.parquet")
+    op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target,
+                           predicates=["Is this about sport?"])
+    client = QuailHook().get_conn()
+    failure = []
+
+    def run():
+        with pytest.raises(AirflowException) as e:
+            op.execute(_context(1))
+        failure.append(str(e.value))
+
+    task = threading.Thread(target=run)
+    task.start()
+    deadline = time.time() + 120
+    while not [j for j in client.status() if j["rows_done"] > 0]:
+        assert time.time() < deadline and task.is_alive()
+        time.sleep(0.05)
+    op.on_kill()
+    task.join(timeout=120)
+    [job] = client.status()
+    assert job["state"] == "cancelled" and job["rows_done"] < 400
+    assert "cancelled" in failure[0] and not os.path.exists(target)

@@ -64,3 +64,13 @@ def test_fork_shares_pages_and_copies_a_shared_partial_page_before_writing():
     c.release(child)
     c.release(parent)
     assert c.pages.num_free == 4
+
+
+def test_rebuild_keeps_what_live_sequences_hold():
+    arena = PageArena(8)
+    pages = [arena.allocate() for _ in range(6)]
+    arena.incref(pages[1])
+    arena.rebuild([[pages[0], pages[1]], [pages[1], pages[2]]])  # the rest was abandoned
+    assert [arena.refcount(p) for p in pages[:4]] == [1, 2, 1, 0]
+    assert arena.num_free == 5
+    assert {arena.allocate() for _ in range(5)} == set(range(8)) - set(pages[:3])

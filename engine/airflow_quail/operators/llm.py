@@ -3,6 +3,7 @@ entry to the worker, waits for the answers, and writes its output atomically. XC
 small manifest: where the output is, row counts and the token accounting."""
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -11,6 +12,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_quail.hooks.quail import QuailHook
 from airflow_quail.io import read_source, target_location, write_target
+from airflow_quail.lineage import operator_lineage
 from quail.errors import QuailError
 from quail.executor.engine import Reuse
 from quail.ops.prompts import DEFAULT_QUESTION
@@ -69,9 +71,21 @@ class _LLMOperator(BaseOperator):
             from airflow_quail.triggers.quail import QuailJobTrigger
 
             self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id), method_name="execute_complete")
-        status = client.wait(job, on_progress=lambda s: self.log.info(
-            "%s: %d/%d rows, %.0f tok/s", s["state"], s["rows_done"], s["rows"], s["tokens_per_second"]))
+        status = client.wait(job, on_progress=self._progress_log())
         return self._finish(client, status, tables)
+
+    def _progress_log(self, every: float = 5.0):
+        """Logs a job's progress when its state changes, and otherwise at most every `every` seconds."""
+        last = {"state": None, "at": 0.0}
+
+        def log(s: dict) -> None:
+            now = time.monotonic()
+            if s["state"] != last["state"] or now - last["at"] >= every:
+                self.log.info("%s: %d/%d rows, %.0f tok/s", s["state"], s["rows_done"], s["rows"],
+                              s["tokens_per_second"])
+                last.update(state=s["state"], at=now)
+
+        return log
 
     def execute_complete(self, context, event: dict):
         """Resumes after the trigger saw the job end: fetch the answers and write the output."""
@@ -89,11 +103,20 @@ class _LLMOperator(BaseOperator):
             write_target(table, self.target)
         except QuailError as e:
             raise AirflowException(str(e)) from None
+        self.rows_out = table.num_rows
         return {"target": self.target, "rows_in": tables[0].num_rows, "rows_out": table.num_rows,
                 "stats": status["stats"]}
 
+    def get_openlineage_facets_on_start(self):
+        return operator_lineage([source for source, _ in self.inputs()], self.target)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return operator_lineage([source for source, _ in self.inputs()], self.target, getattr(self, "rows_out", None))
+
     def on_kill(self) -> None:
-        """Cancels the job if it has not started; a running job finishes, and a retry re-attaches."""
+        """Cancels the job (Airflow stopped the task: a timeout, or marked failed or success). A
+        running job stops after its rows in flight; a retry then computes it anew. A task process
+        that dies without this call leaves its job to finish, and the retry re-attaches to it."""
         job = getattr(self, "job_id", None)
         if job:
             QuailHook(self.quail_conn_id).get_conn().cancel(job)

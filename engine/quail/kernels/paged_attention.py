@@ -2,7 +2,8 @@
 
 Each sequence b brings q_len[b] new query tokens (stored contiguously from q_start[b]) and attends,
 causally aligned at the bottom right, to its k_len[b] cached tokens found through its page table.
-The Triton kernel (issue 5) plugs in behind `paged_attention` with the same `AttentionMeta`.
+On CUDA, `paged_attention` runs the Triton kernel (triton_paged_attention.py) on the same
+`AttentionMeta`; elsewhere this torch reference.
 """
 
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class AttentionMeta:
     page_size: int
     device: torch.device
     _groups: list[_Group] | None = field(default=None, repr=False)
+    _triton: dict | None = field(default=None, repr=False)  # device tensors for the Triton kernel
 
     def groups(self) -> list[_Group]:
         if self._groups is None:
@@ -106,4 +108,8 @@ def paged_attention_reference(
 
 
 def paged_attention(q, k_cache, v_cache, meta: AttentionMeta, scale: float) -> torch.Tensor:
+    if q.is_cuda:
+        from quail.kernels.triton_paged_attention import paged_attention_triton
+
+        return paged_attention_triton(q, k_cache, v_cache, meta, scale)
     return paged_attention_reference(q, k_cache, v_cache, meta, scale)

@@ -1,6 +1,6 @@
 """The Triton paged-attention kernel against the torch reference, in Triton's interpreter on the
 CPU (small shapes), and compiled for Hopper (sm_90) to check it builds without register spills.
-This module sets TRITON_INTERPRET, so nothing else may import the kernel module first."""
+The kernel module is imported here under TRITON_INTERPRET, so nothing else may import it first."""
 
 import os
 import re
@@ -11,11 +11,22 @@ import numpy as np
 import pytest
 import torch
 
-os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, so before its import
-triton = pytest.importorskip("triton")
-
+os.environ["TRITON_INTERPRET"] = "1"  # read by triton's import and the kernel's decoration
+try:
+    triton = pytest.importorskip("triton")
+    from quail.kernels.triton_paged_attention import paged_attention_kernel, paged_attention_triton
+finally:
+    del os.environ["TRITON_INTERPRET"]
 from quail.kernels.paged_attention import AttentionMeta, paged_attention_reference  # noqa: E402
-from quail.kernels.triton_paged_attention import paged_attention_kernel, paged_attention_triton  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _interpret():
+    """The interpreter also reads TRITON_INTERPRET while it runs; other tests never see it."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    yield
+    del os.environ["TRITON_INTERPRET"]
+
 
 PAGE = 16
 # (q_len, k_len) per sequence: a prefill, a chunk of a longer prefill, a one-token step, a question
@@ -64,7 +75,7 @@ def _ptxas(arch: int) -> str:
 
 @pytest.mark.parametrize("group,head_dim", [(1, 64), (7, 64), (8, 128)])
 def test_compiles_for_hopper_without_spills(tmp_path, group, head_dim):
-    """In a process of its own: TRITON_INTERPRET, set above, would also reroute the compiler."""
+    """In a process of its own, where the kernel module is decorated for the compiler."""
     ptx = tmp_path / "kernel.ptx"
     code = ("import sys; from quail.kernels.triton_paged_attention import compile_ptx; "
             f"open(sys.argv[1], 'w').write(compile_ptx(90, {group}, {head_dim}))")

@@ -77,10 +77,15 @@ class Worker(flight.FlightServerBase):
         flight. A task whose job this cancels resubmits it to the next worker, which recomputes."""
         with self.lock:
             for job in self.jobs.values():
-                if job.state == "queued":
-                    job.state, job.finished = "cancelled", time.time()
-                job.cancel_requested = not job.ended
+                self._cancel(job)
         self.runners.shutdown(wait=True)
+
+    @staticmethod
+    def _cancel(job: Job) -> None:
+        """Under the lock: a queued job ends now; a running one when its progress is next reported."""
+        if job.state == "queued":
+            job.state, job.finished = "cancelled", time.time()
+        job.cancel_requested = not job.ended
 
     # Flight calls
     def do_put(self, context, descriptor, reader, writer):
@@ -124,10 +129,7 @@ class Worker(flight.FlightServerBase):
         elif action.type == "cancel":
             job = self._job(body)
             with self.lock:
-                if job.state == "queued":
-                    job.state = "cancelled"
-                    job.finished = time.time()
-                job.cancel_requested = not job.ended
+                self._cancel(job)
             doc = job.status()
         else:
             raise flight.FlightServerError(f"unknown action {action.type!r}")

@@ -70,10 +70,10 @@ def recorded_prompts():
     """The full token sequence of every prompt a run evaluates, in order."""
     prompts, finish = [], Scheduler._finish
 
-    def record(req, stats, out, index):
+    def record(req, act):
         if req.ext.prompt:
             prompts.append(list(req.ext.seq.tokens))
-        return finish(req, stats, out, index)
+        return finish(req, act)
 
     Scheduler._finish = staticmethod(record)
     try:

@@ -17,7 +17,7 @@ def get_provider_info() -> dict:
                 "conn-fields": {
                     "model": {"label": "Model", "schema": {"type": ["string", "null"]},
                               "description": "An embedded model name, a .gguf file or a HF directory (local worker)"},
-                    "dtype": {"label": "Dtype", "schema": {"type": ["string", "null"], "enum": ["bfloat16", "float32", None]}},
+                    "dtype": {"label": "Dtype", "schema": {"type": ["string", "null"], "enum": ["auto", "bfloat16", "float32", None]}},
                     "arena_pages": {"label": "Arena pages", "schema": {"type": ["integer", "null"]}},
                 },
                 "ui-field-behaviour": {

@@ -47,7 +47,7 @@ class Session:
         self.layout = PromptLayout(loaded.tokenizer)
 
     @classmethod
-    def open(cls, model: str = DEFAULT_MODEL, dtype: str = "bfloat16", arena_pages: int | None = None,
+    def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
              max_batch_tokens: int = 2048, memory_budget: int | None = None) -> "Session":
         if arena_pages is not None and arena_pages < 1:
             raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")

@@ -1,5 +1,7 @@
 """Resolves `--model` (an embedded name, a GGUF file or a safetensors directory) into a model."""
 
+import functools
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,11 +11,34 @@ from quail.errors import QuailError
 from quail.model.config import ModelConfig
 from quail.model.gguf_loader import load_gguf
 from quail.model.llama import LlamaModel
-from quail.model.registry import EMBEDDED, embedded_path
+from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path
 from quail.model.safetensors_loader import load_hf_dir
 from quail.model.tokenizer import Tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str, device: str = "cpu") -> str:
+    """"auto": bfloat16 on a GPU; on a CPU whichever of bfloat16 and float32 multiplies faster here.
+    On the 2-core AVX-512 machines here that is float32 (no AMX: bf16 matmuls run at half fp32's
+    speed; qwen 0.5B prefill 308 tok/s in fp32 against 207 in bf16)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if torch.device(device).type != "cpu" else _faster_cpu_dtype()
+
+
+@functools.cache
+def _faster_cpu_dtype() -> str:
+    times = {}
+    x, w = torch.randn(256, 1024), torch.randn(1024, 1024)
+    for name in ("float32", "bfloat16"):
+        a, b = x.to(DTYPES[name]), w.to(DTYPES[name])
+        a @ b
+        start = time.perf_counter()
+        for _ in range(5):
+            a @ b
+        times[name] = time.perf_counter() - start
+    return min(times, key=times.get)
 
 
 @dataclass
@@ -37,9 +62,10 @@ def load_weights(spec: str) -> tuple[ModelConfig, dict, Tokenizer]:
     )
 
 
-def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu") -> LoadedModel:
-    if dtype not in DTYPES:
-        raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
+    if dtype not in DTYPE_CHOICES:
+        raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}")
+    dtype = resolve_dtype(dtype, device)
     try:
         cfg, weights, tokenizer = load_weights(spec)
     except ValueError as e:

@@ -44,6 +44,7 @@ EMBEDDED = {
 }
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 _verified: set[Path] = set()
+DTYPE_CHOICES = ["auto", "float32", "bfloat16", "float16"]  # "auto": see loader.resolve_dtype
 
 
 def cache_dir() -> Path:

@@ -22,7 +22,7 @@ def _answers(location: str) -> bool:
         return False
 
 
-def ensure_local_worker(model: str, dtype: str = "bfloat16", arena_pages: int | None = None,
+def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None = None,
                         idle_timeout: float = 600.0, start_timeout: float = 600.0) -> str:
     """The location of a running local worker for this model, started if none answers."""
     ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}".encode()).hexdigest()[:12]

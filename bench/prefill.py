@@ -48,7 +48,7 @@ def median_seconds(fn, repeats=3):
 
 def main(model="qwen2.5-coder-0.5b", n_docs="200"):
     torch.set_num_threads(torch.get_num_threads())
-    s = Session.open(model, "bfloat16", max_batch_tokens=4096)
+    s = Session.open(model, "auto", max_batch_tokens=4096)
     docs = stdlib_documents(int(n_docs), s.loaded.tokenizer)
     batch = [s.layout.document(d) for d in docs[:12]]
     tokens = sum(map(len, batch))
@@ -66,24 +66,31 @@ def main(model="qwen2.5-coder-0.5b", n_docs="200"):
 
     path = embedded_path(model)
     config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
-    hf = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
     _, weights, _ = load_weights(model)
-    missing, unexpected = hf.load_state_dict(weights, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    hf.tie_weights()
     width = max(map(len, batch))
     ids = torch.tensor([[0] * (width - len(b)) + b for b in batch])
     mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch])
 
-    def hf_prefill():
-        with torch.inference_mode():
-            hf(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+    def transformers_prefill(dtype):
+        hf = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+        missing, unexpected = hf.load_state_dict(weights, strict=False)
+        assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+        hf.tie_weights()
 
-    quail_prefill(), hf_prefill()  # warm up
-    tq, th = median_seconds(quail_prefill), median_seconds(hf_prefill)
+        def run():
+            with torch.inference_mode():
+                hf(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+        return run
+
+    quail_prefill()  # warm up
+    tq = median_seconds(quail_prefill)
     print(f"prefill, {len(batch)} documents, {tokens} tokens ({width * len(batch)} padded for transformers):")
-    print(f"  quail        {tokens / tq:8.0f} tok/s  ({tq:.2f} s)")
-    print(f"  transformers {tokens / th:8.0f} tok/s  ({th:.2f} s)   ratio {th / tq:.2f}x")
+    print(f"  quail ({engine.model.dtype}) {tokens / tq:8.0f} tok/s  ({tq:.2f} s)")
+    for dtype in (torch.bfloat16, torch.float32):
+        run = transformers_prefill(dtype)
+        run()
+        th = median_seconds(run)
+        print(f"  transformers ({dtype}) {tokens / th:8.0f} tok/s  ({th:.2f} s); quail is {th / tq:.2f}x")
 
     preds = ["Does this text describe a function that works with files or directories?",
              "Does it mention an exception or an error?"]

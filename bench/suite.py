@@ -1,0 +1,210 @@
+"""W1 side by side: a three-predicate filter (chain mode: a document is asked the next predicate
+only while it passes) over real documents, run by Quail and by what a user would otherwise write,
+with the same model, the same prompt token ids and the same decisions rule.
+
+    .venv/bin/python bench/suite.py [--model M] [--docs N] [--repeats R] [--systems a,b,c,d,e,quail]
+
+(a) transformers, one prompt at a time, logits_to_keep=1; (b) transformers, left-padded batches of
+8, one predicate level at a time; (c) transformers with a hand-rolled prefix cache per document
+(the document once, a copy of its DynamicCache per question); (d) llama-cpp-python on the same
+GGUF file with its automatic prefix reuse, prompts in document order (only where it is
+installed: bench/requirements-llama.txt); (e) Quail with every reuse switched off; and Quail.
+Writes bench/results/w1-MODEL.json and prints a table.
+"""
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from prefill import stdlib_documents
+from quail.model.loader import load_weights
+from quail.model.registry import embedded_path
+from quail.ops.answers import p_yes
+from quail.session import Session
+
+PREDICATES = ["Does this text describe a function that works with files or directories?",
+              "Does it mention an exception or an error?",
+              "Does it describe a return value?"]
+
+
+class Prompts:
+    """The token ids Quail's prompt layout gives each document and predicate."""
+
+    def __init__(self, s: Session, texts: list[str]):
+        self.docs = [s.layout.document(t) for t in texts]
+        self.questions = [s.layout.yes_no_question(p) for p in PREDICATES]
+        self.ids = s.layout.answers.ids
+        self.n_yes = len(s.layout.answers.yes)
+
+    def p_yes(self, logits: torch.Tensor) -> float:
+        lp = torch.log_softmax(logits.float(), -1)[self.ids].numpy()
+        return p_yes(lp, self.n_yes)
+
+
+def chain(prompts: Prompts, threshold: float, ask) -> tuple[list[bool], int]:
+    """The filter's decisions by level: ask(pairs) gives P(yes) for (document, question) pairs.
+    Returns the decisions and the tokens the prompts hold."""
+    alive = list(range(len(prompts.docs)))
+    tokens = 0
+    for q in range(len(prompts.questions)):
+        probs = ask([(d, q) for d in alive])
+        tokens += sum(len(prompts.docs[d]) + len(prompts.questions[q]) for d in alive)
+        alive = [d for d, p in zip(alive, probs) if p >= threshold]
+    passed = set(alive)
+    return [d in passed for d in range(len(prompts.docs))], tokens
+
+
+def transformers_model(name: str, dtype):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = embedded_path(name)
+    hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path.parent, gguf_file=path.name),
+                                          dtype=dtype).eval()
+    _, weights, _ = load_weights(name)
+    hf.load_state_dict(weights, strict=False)
+    hf.tie_weights()
+    return hf
+
+
+def one_at_a_time(hf, prompts, threshold):
+    def ask(pairs):
+        out = []
+        with torch.inference_mode():
+            for d, q in pairs:
+                ids = torch.tensor([prompts.docs[d] + prompts.questions[q]])
+                out.append(prompts.p_yes(hf(input_ids=ids, logits_to_keep=1).logits[0, -1]))
+        return out
+    return chain(prompts, threshold, ask)
+
+
+def padded_batches(hf, prompts, threshold, size=8):
+    def ask(pairs):
+        out = []
+        with torch.inference_mode():
+            for lo in range(0, len(pairs), size):
+                rows = [prompts.docs[d] + prompts.questions[q] for d, q in pairs[lo:lo + size]]
+                width = max(map(len, rows))
+                ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+                mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+                logits = hf(input_ids=ids, attention_mask=mask, logits_to_keep=1).logits[:, -1]
+                out += [prompts.p_yes(x) for x in logits]
+        return out
+    return chain(prompts, threshold, ask)
+
+
+def prefix_cache(hf, prompts, threshold):
+    """Per document: its KV once, then a copy of that cache for each question it is asked."""
+    from transformers import DynamicCache
+
+    decisions, tokens = [], 0
+    with torch.inference_mode():
+        for doc in prompts.docs:
+            cache = DynamicCache()
+            hf(input_ids=torch.tensor([doc]), past_key_values=cache, logits_to_keep=1)
+            tokens += len(doc)
+            ok = True
+            for question in prompts.questions:
+                qcache = copy.deepcopy(cache)
+                logits = hf(input_ids=torch.tensor([question]), past_key_values=qcache, logits_to_keep=1).logits
+                tokens += len(question)
+                if prompts.p_yes(logits[0, -1]) < threshold:
+                    ok = False
+                    break
+            decisions.append(ok)
+    return decisions, tokens
+
+
+def llama_cpp(name, prompts, threshold):
+    """llama.cpp keeps the longest common prefix with the previous prompt's tokens."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(embedded_path(name)), n_ctx=2048, n_threads=torch.get_num_threads(), verbose=False)
+    computed = [0]
+
+    def ask(pairs):
+        out = []
+        for d, q in sorted(pairs):  # document by document, so its cache hits
+            ids = prompts.docs[d] + prompts.questions[q]
+            keep = next((i for i, (a, b) in enumerate(zip(llm.input_ids[:llm.n_tokens], ids)) if a != b),
+                        min(llm.n_tokens, len(ids)))
+            keep = min(keep, len(ids) - 1)
+            llm.n_tokens = keep
+            llm.eval(ids[keep:])
+            computed[0] += len(ids) - keep
+            out.append(prompts.p_yes(torch.from_numpy(np.array(llm.scores[llm.n_tokens - 1]))))
+        return out
+    decisions, _ = chain(prompts, threshold, ask)
+    return decisions, computed[0]
+
+
+def run_quail(s, texts, threshold, reuse):
+    r, stats = s.filter(texts, PREDICATES, threshold, reuse=reuse)
+    return r.passed, stats.tokens_computed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--docs", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--systems", default="quail,e,a,b,c,d")
+    args = ap.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    s = Session.open(args.model)
+    dtype = s.engine.model.dtype
+    texts = stdlib_documents(args.docs, s.loaded.tokenizer)
+    prompts = Prompts(s, texts)
+    first, _ = s.filter(texts, PREDICATES[:1], 0.0)
+    threshold = float(np.median([p[0] for p in first.p_yes]))  # about half pass the first predicate
+    hf = None
+    systems = {
+        "quail": ("Quail", lambda: run_quail(s, texts, threshold, True)),
+        "e": ("(e) Quail, no reuse", lambda: run_quail(s, texts, threshold, False)),
+        "a": ("(a) transformers, one at a time", lambda: one_at_a_time(hf, prompts, threshold)),
+        "b": ("(b) transformers, batches of 8", lambda: padded_batches(hf, prompts, threshold)),
+        "c": ("(c) transformers + prefix cache", lambda: prefix_cache(hf, prompts, threshold)),
+        "d": ("(d) llama.cpp, prefix reuse", lambda: llama_cpp(args.model, prompts, threshold)),
+    }
+    rows, reference = [], None
+    for key in args.systems.split(","):
+        label, fn = systems[key]
+        if key in "abc" and hf is None:
+            hf = transformers_model(args.model, dtype)
+        try:
+            times, out = [], None
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                out = fn()
+                times.append(time.perf_counter() - start)
+        except ImportError as e:
+            print(f"{label}: skipped ({e})", flush=True)
+            continue
+        decisions, computed = out
+        reference = reference or decisions
+        seconds = statistics.median(times)
+        rows.append({"system": label, "seconds": seconds, "tokens_computed": computed,
+                     "tokens_per_second": computed / seconds, "passed": sum(decisions),
+                     "agree": float(np.mean([a == b for a, b in zip(decisions, reference)]))})
+        print(json.dumps(rows[-1]), flush=True)
+    quail = next((r["seconds"] for r in rows if r["system"] == "Quail"), None)
+    out = Path(__file__).parent / "results" / f"w1-{args.model}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"model": args.model, "dtype": str(dtype), "docs": len(texts), "repeats": args.repeats,
+                               "threshold": threshold, "rows": rows}, indent=1))
+    print(f"\nW1, {len(texts)} documents, 3 predicates, {args.model} ({dtype}), median of {args.repeats}")
+    print("| system | seconds | tokens computed | tokens/s | x Quail's time | decisions agree with Quail |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        ratio = f"{r['seconds'] / quail:.2f}" if quail else ""
+        print(f"| {r['system']} | {r['seconds']:.1f} | {r['tokens_computed']:,} | {r['tokens_per_second']:,.0f} | "
+              f"{ratio} | {r['agree']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

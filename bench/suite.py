@@ -1,8 +1,11 @@
-"""W1 side by side: a three-predicate filter (chain mode: a document is asked the next predicate
-only while it passes) over real documents, run by Quail and by what a user would otherwise write,
-with the same model, the same prompt token ids and the same decisions rule.
+"""Filters side by side (chain mode: a document is asked the next predicate only while it passes),
+run by Quail and by what a user would otherwise write, with the same model, the same prompt token
+ids and the same decision rule. W1: three predicates over real documents (standard-library
+docstrings, up to 300 tokens). W2: two predicates over 30 rows of one agent trace, each row the
+previous one plus a turn (bench/tokens.py's traces()).
 
-    .venv/bin/python bench/suite.py [--model M] [--docs N] [--repeats R] [--systems a,b,c,d,e,quail]
+    .venv/bin/python bench/suite.py [--workload W1|W2] [--model M] [--docs N] [--repeats R]
+                                    [--systems a,b,c,d,e,quail]
 
 (a) transformers, one prompt at a time, logits_to_keep=1; (b) transformers, left-padded batches
 of 8, one predicate level at a time; (c) transformers with a hand-rolled prefix cache per document
@@ -10,12 +13,13 @@ of 8, one predicate level at a time; (c) transformers with a hand-rolled prefix 
 user writes) unless --baseline-dtype float32; (d) llama-cpp-python on the same
 GGUF file with its automatic prefix reuse, prompts in document order (only where it is
 installed: bench/requirements-llama.txt); (e) Quail with every reuse switched off; and Quail.
-Writes bench/results/w1-MODEL.json and prints a table.
+Writes bench/results/WORKLOAD-MODEL.json and prints a table.
 """
 
 import argparse
 import copy
 import json
+import random
 import statistics
 import time
 from pathlib import Path
@@ -24,22 +28,27 @@ import numpy as np
 import torch
 
 from prefill import stdlib_documents
+from tokens import traces
 from quail.model.loader import load_weights
 from quail.model.registry import embedded_path
 from quail.ops.answers import p_yes
 from quail.session import Session
 
-PREDICATES = ["Does this text describe a function that works with files or directories?",
-              "Does it mention an exception or an error?",
-              "Does it describe a return value?"]
+WORKLOADS = {
+    "W1": (lambda n, tokenizer: stdlib_documents(n, tokenizer),
+           ["Does this text describe a function that works with files or directories?",
+            "Does it mention an exception or an error?", "Does it describe a return value?"]),
+    "W2": (lambda n, tokenizer: traces(1, n, random.Random(7)),
+           ["Did the agent run the tests?", "Did a tool report an error?"]),
+}
 
 
 class Prompts:
     """The token ids Quail's prompt layout gives each document and predicate."""
 
-    def __init__(self, s: Session, texts: list[str]):
+    def __init__(self, s: Session, texts: list[str], predicates: list[str]):
         self.docs = [s.layout.document(t) for t in texts]
-        self.questions = [s.layout.yes_no_question(p) for p in PREDICATES]
+        self.questions = [s.layout.yes_no_question(p) for p in predicates]
         self.ids = s.layout.answers.ids
         self.n_yes = len(s.layout.answers.yes)
 
@@ -147,15 +156,16 @@ def llama_cpp(name, prompts, threshold):
     return decisions, computed[0]
 
 
-def run_quail(s, texts, threshold, reuse):
-    r, stats = s.filter(texts, PREDICATES, threshold, reuse=reuse)
+def run_quail(s, texts, predicates, threshold, reuse):
+    r, stats = s.filter(texts, predicates, threshold, reuse=reuse)
     return r.passed, stats.tokens_computed
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", default="W1", choices=list(WORKLOADS))
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--docs", type=int, default=200)
+    ap.add_argument("--docs", type=int, help="rows (W1: 200, W2: 30)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--systems", default="quail,e,a,b,c,d")
     ap.add_argument("--baseline-dtype", default="bfloat16", choices=["bfloat16", "float32"],
@@ -164,14 +174,15 @@ def main():
     torch.set_num_threads(torch.get_num_threads())
     s = Session.open(args.model)
     dtype = s.engine.model.dtype
-    texts = stdlib_documents(args.docs, s.loaded.tokenizer)
-    prompts = Prompts(s, texts)
-    first, _ = s.filter(texts, PREDICATES[:1], 0.0)
+    make_texts, predicates = WORKLOADS[args.workload]
+    texts = make_texts(args.docs or {"W1": 200, "W2": 30}[args.workload], s.loaded.tokenizer)
+    prompts = Prompts(s, texts, predicates)
+    first, _ = s.filter(texts, predicates[:1], 0.0)
     threshold = float(np.median([p[0] for p in first.p_yes]))  # about half pass the first predicate
     hf = None
     systems = {
-        "quail": ("Quail", lambda: run_quail(s, texts, threshold, True)),
-        "e": ("(e) Quail, no reuse", lambda: run_quail(s, texts, threshold, False)),
+        "quail": ("Quail", lambda: run_quail(s, texts, predicates, threshold, True)),
+        "e": ("(e) Quail, no reuse", lambda: run_quail(s, texts, predicates, threshold, False)),
         "a": ("(a) transformers, one at a time", lambda: one_at_a_time(hf, prompts, threshold)),
         "b": ("(b) transformers, batches of 8", lambda: padded_batches(hf, prompts, threshold)),
         "c": ("(c) transformers + prefix cache", lambda: prefix_cache(hf, prompts, threshold)),
@@ -199,12 +210,12 @@ def main():
                      "agree": float(np.mean([a == b for a, b in zip(decisions, reference)]))})
         print(json.dumps(rows[-1]), flush=True)
     quail = next((r["seconds"] for r in rows if r["system"] == "Quail"), None)
-    out = Path(__file__).parent / "results" / f"w1-{args.model}.json"
+    out = Path(__file__).parent / "results" / f"{args.workload.lower()}-{args.model}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "dtype": str(dtype), "baseline_dtype": args.baseline_dtype,
+    out.write_text(json.dumps({"workload": args.workload, "model": args.model, "dtype": str(dtype), "baseline_dtype": args.baseline_dtype,
                                "docs": len(texts), "repeats": args.repeats,
                                "threshold": threshold, "rows": rows}, indent=1))
-    print(f"\nW1, {len(texts)} documents, 3 predicates, {args.model} (Quail {dtype}, transformers "
+    print(f"\n{args.workload}, {len(texts)} rows, {len(predicates)} predicates, {args.model} (Quail {dtype}, transformers "
           f"{args.baseline_dtype}), median of {args.repeats}")
     print("| system | seconds | tokens computed | tokens/s | x Quail's time | decisions agree with Quail |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -43,11 +43,12 @@ $(VENV)/.bench: $(VENV)/.demo-model bench/requirements-llama.txt
 	$(PIP) install -q -r bench/requirements-llama.txt
 	touch $@
 
-# About 20 minutes on 2 cores: one repeat each (three do not fit in 15 minutes yet; bench/README.md)
+# About 24 minutes on 2 cores: one repeat each (three do not fit in 15 minutes yet; bench/README.md)
 bench: $(VENV)/.bench
 	$(PY) bench/prefill.py smollm2-135m
 	cd bench && ../$(PY) suite.py --model smollm2-135m --repeats 1
 	cd bench && ../$(PY) suite.py --workload W2 --model smollm2-135m --repeats 1
+	cd bench && ../$(PY) suite.py --workload W3 --model smollm2-135m --repeats 1
 	cd bench && ../$(PY) suite.py --model qwen2.5-coder-0.5b --docs 40 --repeats 1 --systems quail,a
 
 # Regenerates constraints.txt from the current, verified environment.

@@ -28,27 +28,31 @@ import numpy as np
 import torch
 
 from prefill import stdlib_documents
-from tokens import traces
+from tokens import GOOD, PRODUCTS, reviews, traces
 from quail.model.loader import load_weights
 from quail.model.registry import embedded_path
 from quail.ops.answers import p_yes
 from quail.session import Session
 
-WORKLOADS = {
+FILTERS = {
     "W1": (lambda n, tokenizer: stdlib_documents(n, tokenizer),
            ["Does this text describe a function that works with files or directories?",
             "Does it mention an exception or an error?", "Does it describe a return value?"]),
     "W2": (lambda n, tokenizer: traces(1, n, random.Random(7)),
            ["Did the agent run the tests?", "Did a tool report an error?"]),
 }
+CONDITION = "The review is about this product."  # W3: 20 reviews x 10 products (bench/tokens.py's)
 
 
 class Prompts:
-    """The token ids Quail's prompt layout gives each document and predicate."""
+    """The token ids Quail's prompt layout gives each document and question. A filter's questions
+    are its predicates, asked in chain mode; a join's are its partners (each with the condition),
+    all asked of every anchor."""
 
-    def __init__(self, s: Session, texts: list[str], predicates: list[str]):
-        self.docs = [s.layout.document(t) for t in texts]
-        self.questions = [s.layout.yes_no_question(p) for p in predicates]
+    def __init__(self, s: Session, docs: list[str], questions: list[list[int]], chained: bool):
+        self.docs = [s.layout.document(t) for t in docs]
+        self.questions = questions
+        self.chained = chained
         self.ids = s.layout.answers.ids
         self.n_yes = len(s.layout.answers.yes)
 
@@ -58,8 +62,13 @@ class Prompts:
 
 
 def chain(prompts: Prompts, threshold: float, ask) -> tuple[list[bool], int]:
-    """The filter's decisions by level: ask(pairs) gives P(yes) for (document, question) pairs.
-    Returns the decisions and the tokens the prompts hold."""
+    """ask(pairs) gives P(yes) for (document, question) pairs. A filter asks by level and returns
+    a decision per document; a join asks every pair and returns one per pair (anchor-major).
+    Also returns the tokens the prompts hold."""
+    if not prompts.chained:
+        pairs = [(d, q) for d in range(len(prompts.docs)) for q in range(len(prompts.questions))]
+        tokens = sum(len(prompts.docs[d]) + len(prompts.questions[q]) for d, q in pairs)
+        return [p >= threshold for p in ask(pairs)], tokens
     alive = list(range(len(prompts.docs)))
     tokens = 0
     for q in range(len(prompts.questions)):
@@ -118,15 +127,15 @@ def prefix_cache(hf, prompts, threshold):
             cache = DynamicCache()
             hf(input_ids=torch.tensor([doc]), past_key_values=cache, logits_to_keep=1)
             tokens += len(doc)
-            ok = True
+            answers = []
             for question in prompts.questions:
                 qcache = copy.deepcopy(cache)
                 logits = hf(input_ids=torch.tensor([question]), past_key_values=qcache, logits_to_keep=1).logits
                 tokens += len(question)
-                if prompts.p_yes(logits[0, -1]) < threshold:
-                    ok = False
+                answers.append(prompts.p_yes(logits[0, -1]) >= threshold)
+                if prompts.chained and not answers[-1]:
                     break
-            decisions.append(ok)
+            decisions += [all(answers)] if prompts.chained else answers
     return decisions, tokens
 
 
@@ -156,16 +165,35 @@ def llama_cpp(name, prompts, threshold):
     return decisions, computed[0]
 
 
-def run_quail(s, texts, predicates, threshold, reuse):
-    r, stats = s.filter(texts, predicates, threshold, reuse=reuse)
-    return r.passed, stats.tokens_computed
+def workload(name: str, s: Session, rows: int | None):
+    """The prompts and a Quail run (reuse, threshold) -> (decisions, tokens computed, P(yes)s)."""
+    if name == "W3":
+        rng = random.Random(7)
+        left = reviews(rows or 20, rng)
+        right = [f"{p}: {rng.choice(GOOD)}, model {rng.randint(100, 999)}" for p in PRODUCTS[:10]]
+        cond = s.layout.pair_question(CONDITION)
+        prompts = Prompts(s, left, [s.layout.partner(t) + cond for t in right], chained=False)
+
+        def quail(reuse, threshold):
+            r, stats = s.join(left, right, CONDITION, reuse=reuse)
+            probs = [p for row in r.p_yes for p in row]
+            return [p >= threshold for p in probs], stats.tokens_computed, probs
+        return prompts, quail
+    make, predicates = FILTERS[name]
+    texts = make(rows or {"W1": 200, "W2": 30}[name], s.loaded.tokenizer)
+    prompts = Prompts(s, texts, [s.layout.yes_no_question(p) for p in predicates], chained=True)
+
+    def quail(reuse, threshold):
+        r, stats = s.filter(texts, predicates, threshold, reuse=reuse)
+        return r.passed, stats.tokens_computed, [p[0] for p in r.p_yes]
+    return prompts, quail
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", default="W1", choices=list(WORKLOADS))
+    ap.add_argument("--workload", default="W1", choices=[*FILTERS, "W3"])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--docs", type=int, help="rows (W1: 200, W2: 30)")
+    ap.add_argument("--docs", type=int, help="rows (W1: 200, W2: 30, W3: 20 anchors)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--systems", default="quail,e,a,b,c,d")
     ap.add_argument("--baseline-dtype", default="bfloat16", choices=["bfloat16", "float32"],
@@ -174,15 +202,13 @@ def main():
     torch.set_num_threads(torch.get_num_threads())
     s = Session.open(args.model)
     dtype = s.engine.model.dtype
-    make_texts, predicates = WORKLOADS[args.workload]
-    texts = make_texts(args.docs or {"W1": 200, "W2": 30}[args.workload], s.loaded.tokenizer)
-    prompts = Prompts(s, texts, predicates)
-    first, _ = s.filter(texts, predicates[:1], 0.0)
-    threshold = float(np.median([p[0] for p in first.p_yes]))  # about half pass the first predicate
+    prompts, quail = workload(args.workload, s, args.docs)
+    # a filter: about half pass the first predicate; a join: about half the pairs match
+    threshold = float(np.median(quail(True, 0.0)[2]))
     hf = None
     systems = {
-        "quail": ("Quail", lambda: run_quail(s, texts, predicates, threshold, True)),
-        "e": ("(e) Quail, no reuse", lambda: run_quail(s, texts, predicates, threshold, False)),
+        "quail": ("Quail", lambda: quail(True, threshold)[:2]),
+        "e": ("(e) Quail, no reuse", lambda: quail(False, threshold)[:2]),
         "a": ("(a) transformers, one at a time", lambda: one_at_a_time(hf, prompts, threshold)),
         "b": ("(b) transformers, batches of 8", lambda: padded_batches(hf, prompts, threshold)),
         "c": ("(c) transformers + prefix cache", lambda: prefix_cache(hf, prompts, threshold)),
@@ -213,9 +239,9 @@ def main():
     out = Path(__file__).parent / "results" / f"{args.workload.lower()}-{args.model}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"workload": args.workload, "model": args.model, "dtype": str(dtype), "baseline_dtype": args.baseline_dtype,
-                               "docs": len(texts), "repeats": args.repeats,
+                               "docs": len(prompts.docs), "repeats": args.repeats,
                                "threshold": threshold, "rows": rows}, indent=1))
-    print(f"\n{args.workload}, {len(texts)} rows, {len(predicates)} predicates, {args.model} (Quail {dtype}, transformers "
+    print(f"\n{args.workload}, {len(prompts.docs)} rows x {len(prompts.questions)} questions, {args.model} (Quail {dtype}, transformers "
           f"{args.baseline_dtype}), median of {args.repeats}")
     print("| system | seconds | tokens computed | tokens/s | x Quail's time | decisions agree with Quail |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -98,7 +98,6 @@ class _Group:
     pending: dict[int, list[int]] = field(init=False)  # parent -> children that have no hold yet
     finished: set[int] = field(default_factory=set)
     holds: dict[int, Seq] = field(default_factory=dict)
-    running: int = 0
     rows: int = 0  # finished this step
     tokens: int = 0  # computed this step
     error: BaseException | None = None
@@ -258,7 +257,6 @@ class Scheduler:
             if claimed is not None and hold is not None:
                 self.cache.release(hold)
             self.reserved += g.programs[i].pages
-            g.running += 1
             act = _Active(g, i, g.programs[i], g.programs[i].start(claimed or hold), [])
             if not self._advance(act, None):
                 return
@@ -283,7 +281,6 @@ class Scheduler:
     def _finished(self, act: _Active) -> None:
         g = act.group
         self.reserved -= act.program.pages
-        g.running -= 1
         g.rows += act.program.rows
         g.finished.add(act.index)
         g.pending.pop(act.index, None)  # children it gave no hold compute their prefix
@@ -300,7 +297,6 @@ class Scheduler:
                 self.active.remove(act)
             act.gen.close()
             self.reserved -= act.program.pages
-            g.running -= 1
         self._abandoned = True
 
     def _collect(self) -> None:
@@ -345,7 +341,7 @@ class Scheduler:
                 self._finished(act)
         for g in list(self.groups):
             self._report(g)
-            if not g.waiting and not g.running:
+            if not g.waiting and not any(a.group is g for a in self.active):
                 self.groups.remove(g)
                 g.done = True
         if self._abandoned and not self.active:

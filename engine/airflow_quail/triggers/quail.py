@@ -5,6 +5,7 @@ import asyncio
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_quail.hooks.quail import QuailHook
+from quail.worker.jobs import ENDED
 
 
 class QuailJobTrigger(BaseTrigger):
@@ -24,7 +25,7 @@ class QuailJobTrigger(BaseTrigger):
             status = await asyncio.to_thread(client.status, self.job_id)
             self.log.info("Quail job %s: %s, %d/%d rows", self.job_id, status["state"], status["rows_done"],
                           status["rows"])
-            if status["state"] in ("done", "failed", "cancelled"):
+            if status["state"] in ENDED:
                 yield TriggerEvent(status)
                 return
             await asyncio.sleep(self.poll_interval)

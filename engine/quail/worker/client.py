@@ -11,7 +11,7 @@ from quail.errors import QuailError
 from quail.executor.engine import Reuse
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
-from quail.worker.jobs import Identity
+from quail.worker.jobs import ENDED, Identity
 from quail.worker.protocol import documents_table, submit_command
 
 
@@ -65,7 +65,7 @@ class WorkerClient:
             status = self.status(job_id)
             if on_progress is not None:
                 on_progress(status)
-            if status["state"] in ("done", "failed", "cancelled"):
+            if status["state"] in ENDED:
                 return status
             time.sleep(poll)
 

@@ -11,6 +11,9 @@ from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
 
 
+ENDED = ("done", "failed", "cancelled")  # a job in one of these states never changes again
+
+
 @dataclass(frozen=True)
 class Identity:
     """Which task asked; never the try number, so an Airflow retry re-attaches to its job."""
@@ -55,7 +58,7 @@ class Job:
 
     @property
     def ended(self) -> bool:
-        return self.state in ("done", "failed", "cancelled")
+        return self.state in ENDED
 
     def status(self) -> dict:
         running = (self.finished or time.time()) - self.started if self.started else 0.0

@@ -37,6 +37,21 @@ def stdlib_documents(n: int, tokenizer, max_tokens: int = 300) -> list[str]:
     return docs[:n]
 
 
+def transformers_model(name: str, dtype):
+    """The baseline a user writes: the model in transformers, with the same dequantized weights as
+    Quail's (not transformers' packed-GGUF path, whose kernels dequantize on every matmul)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = embedded_path(name)
+    hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path.parent, gguf_file=path.name),
+                                          dtype=dtype).eval()
+    _, weights, _ = load_weights(name)
+    missing, unexpected = hf.load_state_dict(weights, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    hf.tie_weights()
+    return hf
+
+
 def median_seconds(fn, repeats=3):
     times = []
     for _ in range(repeats):
@@ -60,22 +75,12 @@ def main(model="qwen2.5-coder-0.5b", n_docs="200"):
         for q in seqs:
             engine.cache.release(q)
 
-    # The baseline a user writes: plain bf16 weights in transformers. The same dequantized weights
-    # as Quail's, not transformers' packed-GGUF path, whose kernels dequantize on every matmul.
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    path = embedded_path(model)
-    config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
-    _, weights, _ = load_weights(model)
     width = max(map(len, batch))
     ids = torch.tensor([[0] * (width - len(b)) + b for b in batch])
     mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch])
 
     def transformers_prefill(dtype):
-        hf = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
-        missing, unexpected = hf.load_state_dict(weights, strict=False)
-        assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-        hf.tie_weights()
+        hf = transformers_model(model, dtype)
 
         def run():
             with torch.inference_mode():

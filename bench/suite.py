@@ -27,9 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from prefill import stdlib_documents
+from prefill import stdlib_documents, transformers_model
 from tokens import GOOD, PRODUCTS, reviews, traces
-from quail.model.loader import load_weights
 from quail.model.registry import embedded_path
 from quail.ops.answers import p_yes
 from quail.session import Session
@@ -77,18 +76,6 @@ def chain(prompts: Prompts, threshold: float, ask) -> tuple[list[bool], int]:
         alive = [d for d, p in zip(alive, probs) if p >= threshold]
     passed = set(alive)
     return [d in passed for d in range(len(prompts.docs))], tokens
-
-
-def transformers_model(name: str, dtype):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    path = embedded_path(name)
-    hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path.parent, gguf_file=path.name),
-                                          dtype=dtype).eval()
-    _, weights, _ = load_weights(name)
-    hf.load_state_dict(weights, strict=False)
-    hf.tie_weights()
-    return hf
 
 
 def one_at_a_time(hf, prompts, threshold):

@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 WHEELS := engine/quail/model/wheels
 
-.PHONY: test demo bench constraints clean
+.PHONY: test demo bench bench-full constraints clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,13 +43,13 @@ $(VENV)/.bench: $(VENV)/.demo-model bench/requirements-llama.txt
 	$(PIP) install -q -r bench/requirements-llama.txt
 	touch $@
 
-# About 24 minutes on 2 cores: one repeat each (three do not fit in 15 minutes yet; bench/README.md)
+# About 14 minutes on 2 cores (bench/README.md); `make bench-full` has the issue's sizes (about 45).
 bench: $(VENV)/.bench
 	$(PY) bench/prefill.py smollm2-135m
-	cd bench && ../$(PY) suite.py --model smollm2-135m --repeats 1
-	cd bench && ../$(PY) suite.py --workload W2 --model smollm2-135m --repeats 1
-	cd bench && ../$(PY) suite.py --workload W3 --model smollm2-135m --repeats 1
-	cd bench && ../$(PY) suite.py --model qwen2.5-coder-0.5b --docs 40 --repeats 1 --systems quail,a
+	cd bench && ../$(PY) suite.py --size bench
+
+bench-full: $(VENV)/.bench
+	cd bench && ../$(PY) suite.py --size full --repeats 1
 
 # Regenerates constraints.txt from the current, verified environment.
 constraints:

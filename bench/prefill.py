@@ -1,40 +1,21 @@
-"""Engine prefill tokens/s against transformers (bf16, padded batch, logits_to_keep=1) on the same
-batch of documents, and the two-predicate filter's accounting over 200 real documents.
+"""Engine prefill tokens/s against transformers (bf16 and fp32, padded batch, logits_to_keep=1) on
+the same batch of 12 reference documents (bench/documents.py).
 
-    .venv/bin/python bench/prefill.py [MODEL] [N_DOCS]
+    .venv/bin/python bench/prefill.py [MODEL]
 """
 
-import inspect
-import json
 import statistics
 import sys
 import time
 
 import torch
 
+from documents import reference_documents
 from quail.executor.model_runner import Chunk
 from quail.executor.sequence import Seq
 from quail.model.loader import load_weights
 from quail.model.registry import embedded_path
 from quail.session import Session
-
-
-def stdlib_documents(n: int, tokenizer, max_tokens: int = 300) -> list[str]:
-    """Real text that every Python install has: docstrings of standard-library functions."""
-    import argparse, asyncio, collections, csv, datetime, email, functools, http.client, inspect as ins
-    import itertools, json as js, logging, os, pathlib, re, shutil, socket, sqlite3, string, subprocess
-    import tarfile, threading, typing, unittest, urllib.request, zipfile
-
-    modules = (os, shutil, subprocess, pathlib, js, collections, email, http.client, tarfile, zipfile, argparse,
-               asyncio, csv, datetime, functools, ins, itertools, logging, re, socket, sqlite3, string,
-               threading, typing, unittest, urllib.request)
-    docs = []
-    for mod in modules:
-        for _, obj in inspect.getmembers(mod):
-            doc = inspect.getdoc(obj) if callable(obj) else None
-            if doc and len(doc) > 200 and doc not in docs:
-                docs.append(tokenizer.decode(tokenizer.encode(doc)[:max_tokens]))
-    return docs[:n]
 
 
 def transformers_model(name: str, dtype):
@@ -61,11 +42,10 @@ def median_seconds(fn, repeats=3):
     return statistics.median(times)
 
 
-def main(model="qwen2.5-coder-0.5b", n_docs="200"):
+def main(model="qwen2.5-coder-0.5b"):
     torch.set_num_threads(torch.get_num_threads())
     s = Session.open(model, "auto", max_batch_tokens=4096)
-    docs = stdlib_documents(int(n_docs), s.loaded.tokenizer)
-    batch = [s.layout.document(d) for d in docs[:12]]
+    batch = [s.layout.document(d) for d in reference_documents(12, s.loaded.tokenizer)]
     tokens = sum(map(len, batch))
     engine = s.engine
 
@@ -96,15 +76,6 @@ def main(model="qwen2.5-coder-0.5b", n_docs="200"):
         run()
         th = median_seconds(run)
         print(f"  transformers ({dtype}) {tokens / th:8.0f} tok/s  ({th:.2f} s); quail is {th / tq:.2f}x")
-
-    preds = ["Does this text describe a function that works with files or directories?",
-             "Does it mention an exception or an error?"]
-    for reuse in (True, False):
-        result, stats = s.filter(docs, preds, reuse=reuse)
-        d = stats.to_dict()
-        keep = ("tokens_naive", "tokens_computed", "tokens_reused", "forward_passes", "seconds")
-        print(f"filter, {len(docs)} documents, 2 predicates, reuse={reuse}: passed {sum(result.passed)}, "
-              f"{json.dumps({k: d[k] for k in keep})}")
 
 
 if __name__ == "__main__":

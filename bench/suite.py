@@ -1,241 +1,302 @@
-"""Filters side by side (chain mode: a document is asked the next predicate only while it passes),
-run by Quail and by what a user would otherwise write, with the same model, the same prompt token
-ids and the same decision rule. W1: three predicates over real documents (standard-library
-docstrings, up to 300 tokens). W2: two predicates over 30 rows of one agent trace, each row the
-previous one plus a turn (bench/tokens.py's traces()).
+"""Quail against what a user would otherwise write (bench/systems.py), in one process, on the same
+documents, prompts and decision rules. Repeats are interleaved (every system once, then again), so
+that the ratios hold on a noisy machine.
 
-    .venv/bin/python bench/suite.py [--workload W1|W2] [--model M] [--docs N] [--repeats R]
-                                    [--systems a,b,c,d,e,quail]
+    .venv/bin/python bench/suite.py [--size bench|full] [--only W1,W4] [--repeats 3]
 
-(a) transformers, one prompt at a time, logits_to_keep=1; (b) transformers, left-padded batches
-of 8, one predicate level at a time; (c) transformers with a hand-rolled prefix cache per document
-(the document once, a copy of its DynamicCache per question); all three in bf16 (what the issue's
-user writes) unless --baseline-dtype float32; (d) llama-cpp-python on the same
-GGUF file with its automatic prefix reuse, prompts in document order (only where it is
-installed: bench/requirements-llama.txt); (e) Quail with every reuse switched off; and Quail.
-Writes bench/results/WORKLOAD-MODEL.json and prints a table.
+W1: a three-predicate filter (chain mode) over reference documents of 250-300 tokens
+(bench/documents.py). W2: a two-predicate filter over the rows of one agent trace, each row the
+previous one plus a turn. W3: a join of product reviews against products. W4: the pipeline of
+issue 3: a two-predicate filter, then a classify, a join and a second join with the same anchor,
+the later operators on the rows Quail's filter kept (Quail retains their KV across operators).
+Thresholds: the median P(yes) of Quail's run (between two rows), so about half the rows or pairs pass.
+
+`--size full` has the issue's sizes; `--size bench` (`make bench`) is cut to fit 15 minutes on
+2 cores; `--size smoke` checks that everything runs. Writes bench/results/suite-SIZE.json and .md.
 """
 
 import argparse
-import copy
+import importlib.util
 import json
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
-import numpy as np
 import torch
 
-from prefill import stdlib_documents, transformers_model
-from tokens import GOOD, PRODUCTS, reviews, traces
-from quail.model.registry import embedded_path
+from documents import PREDICATES, reference_documents
+from prefill import transformers_model
+from quail.executor.retention_pool import Retain
 from quail.ops.answers import p_yes
 from quail.session import Session
+from systems import LlamaCpp, Question, Stage, Transformers, decide
+from tokens import GOOD, PRODUCTS, reviews, traces
 
-FILTERS = {
-    "W1": (lambda n, tokenizer: stdlib_documents(n, tokenizer),
-           ["Does this text describe a function that works with files or directories?",
-            "Does it mention an exception or an error?", "Does it describe a return value?"]),
-    "W2": (lambda n, tokenizer: traces(1, n, random.Random(7)),
-           ["Did the agent run the tests?", "Did a tool report an error?"]),
+TRACE_PREDICATES = ["Did the agent run the tests?", "Did a tool report an error?"]
+REVIEW_PREDICATES = ["Is the review positive?", "Does the review mention the price?"]
+CATEGORIES = ["kitchen", "office", "outdoors", "audio"]
+CATEGORY_QUESTION = "Which category is the product in?"
+STORES = ["an online electronics shop", "a camping outfitter", "a kitchen supply store", "a department store"]
+ABOUT, SELLS = "The review is about this product.", "This store would sell the product."
+
+# (workload, model, rows, systems); W3's rows are its anchors, against 10 products
+PLANS = {
+    "full": [("W1", "smollm2-135m", 200, "quail,e,a,b,c,d"), ("W2", "smollm2-135m", 30, "quail,e,a,b,c,d"),
+             ("W3", "smollm2-135m", 20, "quail,e,a,b,c,d"), ("W4", "smollm2-135m", 30, "quail,e,a,b,c,d"),
+             ("W1", "qwen2.5-coder-0.5b", 24, "quail,e,a,c,d")],
+    "bench": [("W1", "smollm2-135m", 12, "quail,e,a,b,c,d"), ("W2", "smollm2-135m", 8, "quail,e,a,b,c,d"),
+              ("W3", "smollm2-135m", 4, "quail,e,a,b,c,d"), ("W4", "smollm2-135m", 6, "quail,e,a,b,c,d"),
+              ("W1", "qwen2.5-coder-0.5b", 3, "quail,e,a,c,d")],
+    "smoke": [("W1", "smollm2-135m", 3, "quail,e,a,b,c,d"), ("W2", "smollm2-135m", 3, "quail,e,a,b,c,d"),
+              ("W3", "smollm2-135m", 2, "quail,e,a,b,c,d"), ("W4", "smollm2-135m", 8, "quail,e,a,b,c,d"),
+              ("W1", "qwen2.5-coder-0.5b", 2, "quail,e,a,c,d")],
 }
-CONDITION = "The review is about this product."  # W3: 20 reviews x 10 products (bench/tokens.py's)
+LABELS = {"quail": "Quail", "e": "(e) Quail, no reuse", "a": "(a) transformers, one at a time",
+          "b": "(b) transformers, batches of 8", "c": "(c) transformers + prefix cache",
+          "d": "(d) llama.cpp, prefix reuse"}
 
 
-class Prompts:
-    """The token ids Quail's prompt layout gives each document and question. A filter's questions
-    are its predicates, asked in chain mode; a join's are its partners (each with the condition),
-    all asked of every anchor."""
-
-    def __init__(self, s: Session, docs: list[str], questions: list[list[int]], chained: bool):
-        self.docs = [s.layout.document(t) for t in docs]
-        self.questions = questions
-        self.chained = chained
-        self.ids = s.layout.answers.ids
-        self.n_yes = len(s.layout.answers.yes)
-
-    def p_yes(self, logits: torch.Tensor) -> float:
-        lp = torch.log_softmax(logits.float(), -1)[self.ids].numpy()
-        return p_yes(lp, self.n_yes)
+def yes_no(s: Session, question: list[int]) -> Question:
+    ids, n_yes = s.layout.answers.ids, len(s.layout.answers.yes)
+    return Question(question, 1, lambda lp: [p_yes(lp[-1][ids], n_yes)])
 
 
-def chain(prompts: Prompts, threshold: float, ask) -> tuple[list[bool], int]:
-    """ask(pairs) gives P(yes) for (document, question) pairs. A filter asks by level and returns
-    a decision per document; a join asks every pair and returns one per pair (anchor-major).
-    Also returns the tokens the prompts hold."""
-    if not prompts.chained:
-        pairs = [(d, q) for d in range(len(prompts.docs)) for q in range(len(prompts.questions))]
-        tokens = sum(len(prompts.docs[d]) + len(prompts.questions[q]) for d, q in pairs)
-        return [p >= threshold for p in ask(pairs)], tokens
-    alive = list(range(len(prompts.docs)))
-    tokens = 0
-    for q in range(len(prompts.questions)):
-        probs = ask([(d, q) for d in alive])
-        tokens += sum(len(prompts.docs[d]) + len(prompts.questions[q]) for d in alive)
-        alive = [d for d, p in zip(alive, probs) if p >= threshold]
-    passed = set(alive)
-    return [d in passed for d in range(len(prompts.docs))], tokens
+def label_questions(s: Session, question: str, labels: list[str]) -> list[Question]:
+    """Quail's classify reads: every label's first token after the question, then each longer
+    label's later tokens by teacher forcing."""
+    head = s.layout.label_question(question, labels)
+    tokens = [s.layout.label(label) for label in labels]
+    single = [i for i, t in enumerate(tokens) if len(t) == 1]
+    out = [Question(head, 1, lambda lp: [lp[-1][tokens[i][0]] for i in single], single)] if single else []
+    for i, t in enumerate(tokens):
+        if len(t) > 1:
+            out.append(Question(head + t[:-1], len(t), lambda lp, t=t: [sum(lp[j][x] for j, x in enumerate(t))], [i]))
+    return out
 
 
-def one_at_a_time(hf, prompts, threshold):
-    def ask(pairs):
-        out = []
-        with torch.inference_mode():
-            for d, q in pairs:
-                ids = torch.tensor([prompts.docs[d] + prompts.questions[q]])
-                out.append(prompts.p_yes(hf(input_ids=ids, logits_to_keep=1).logits[0, -1]))
-        return out
-    return chain(prompts, threshold, ask)
+@dataclass
+class Workload:
+    """`quail(reuse)` -> (decisions, tokens computed); `stages()` yields the baselines' operators."""
+    rows: int
+    quail: Callable[[bool], tuple[dict, int]]
+    stages: Callable[[], Iterator[Stage]]
 
 
-def padded_batches(hf, prompts, threshold, size=8):
-    def ask(pairs):
-        out = []
-        with torch.inference_mode():
-            for lo in range(0, len(pairs), size):
-                rows = [prompts.docs[d] + prompts.questions[q] for d, q in pairs[lo:lo + size]]
-                width = max(map(len, rows))
-                ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
-                mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-                logits = hf(input_ids=ids, attention_mask=mask, logits_to_keep=1).logits[:, -1]
-                out += [prompts.p_yes(x) for x in logits]
-        return out
-    return chain(prompts, threshold, ask)
+def median_p(probs) -> float:
+    """Halfway between the two middle P(yes)s, so that no row sits on the threshold, where the last
+    digit of a sum would decide it."""
+    v = sorted(probs)
+    k = len(v) // 2
+    return float((v[k - 1] + v[k]) / 2) if len(v) > 1 else float(v[0])
 
 
-def prefix_cache(hf, prompts, threshold):
-    """Per document: its KV once, then a copy of that cache for each question it is asked."""
-    from transformers import DynamicCache
+def filter_workload(s: Session, name: str, texts: list[str], predicates: list[str]) -> Workload:
+    probe, _ = s.filter(texts, predicates[:1], 0.0)
+    threshold = median_p(p[0] for p in probe.p_yes)
 
-    decisions, tokens = [], 0
-    with torch.inference_mode():
-        for doc in prompts.docs:
-            cache = DynamicCache()
-            hf(input_ids=torch.tensor([doc]), past_key_values=cache, logits_to_keep=1)
-            tokens += len(doc)
-            answers = []
-            for question in prompts.questions:
-                qcache = copy.deepcopy(cache)
-                logits = hf(input_ids=torch.tensor([question]), past_key_values=qcache, logits_to_keep=1).logits
-                tokens += len(question)
-                answers.append(prompts.p_yes(logits[0, -1]) >= threshold)
-                if prompts.chained and not answers[-1]:
-                    break
-            decisions += [all(answers)] if prompts.chained else answers
-    return decisions, tokens
-
-
-def llama_cpp(name, prompts, threshold):
-    """llama.cpp keeps the longest common prefix with the previous prompt's tokens."""
-    from llama_cpp import Llama
-
-    llm = Llama(model_path=str(embedded_path(name)), n_ctx=2048, n_threads=torch.get_num_threads(), verbose=False)
-    computed = [0]
-
-    def ask(pairs):
-        out = []
-        for d, q in sorted(pairs):  # document by document, so its cache hits
-            ids = prompts.docs[d] + prompts.questions[q]
-            keep = next((i for i, (a, b) in enumerate(zip(llm.input_ids[:llm.n_tokens], ids)) if a != b),
-                        min(llm.n_tokens, len(ids)))
-            keep = min(keep, len(ids) - 1)
-            llm.n_tokens = keep
-            llm.eval(ids[keep:])
-            computed[0] += len(ids) - keep
-            # without logits_all, 0.3.36 keeps only the last token's logits, in the context
-            last = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-            out.append(prompts.p_yes(torch.from_numpy(last.copy())))
-        return out
-    decisions, _ = chain(prompts, threshold, ask)
-    llm.close()
-    return decisions, computed[0]
-
-
-def workload(name: str, s: Session, rows: int | None):
-    """The prompts and a Quail run (reuse, threshold) -> (decisions, tokens computed, P(yes)s)."""
-    if name == "W3":
-        rng = random.Random(7)
-        left = reviews(rows or 20, rng)
-        right = [f"{p}: {rng.choice(GOOD)}, model {rng.randint(100, 999)}" for p in PRODUCTS[:10]]
-        cond = s.layout.pair_question(CONDITION)
-        prompts = Prompts(s, left, [s.layout.partner(t) + cond for t in right], chained=False)
-
-        def quail(reuse, threshold):
-            r, stats = s.join(left, right, CONDITION, reuse=reuse)
-            probs = [p for row in r.p_yes for p in row]
-            return [p >= threshold for p in probs], stats.tokens_computed, probs
-        return prompts, quail
-    make, predicates = FILTERS[name]
-    texts = make(rows or {"W1": 200, "W2": 30}[name], s.loaded.tokenizer)
-    prompts = Prompts(s, texts, [s.layout.yes_no_question(p) for p in predicates], chained=True)
-
-    def quail(reuse, threshold):
+    def quail(reuse):
         r, stats = s.filter(texts, predicates, threshold, reuse=reuse)
-        return r.passed, stats.tokens_computed, [p[0] for p in r.p_yes]
-    return prompts, quail
+        return {(name, i): ok for i, ok in enumerate(r.passed)}, stats.tokens_computed
+
+    def stages():
+        yield Stage(name, [s.layout.document(t) for t in texts],
+                    [yes_no(s, s.layout.yes_no_question(p)) for p in predicates], "filter", threshold)
+    return Workload(len(texts), quail, stages)
+
+
+def join_stage(s: Session, name, left, right, condition, threshold, rows) -> Stage:
+    cond = s.layout.pair_question(condition)
+    return Stage(name, [s.layout.document(t) for t in left], [yes_no(s, s.layout.partner(t) + cond) for t in right],
+                 "join", threshold, rows)
+
+
+def join_decisions(name, result, threshold, rows) -> dict:
+    return {(name, rows[d], q): p >= threshold for d, ps in enumerate(result.p_yes) for q, p in enumerate(ps)}
+
+
+def join_workload(s: Session, anchors: int) -> Workload:
+    rng = random.Random(7)
+    left = reviews(anchors, rng)
+    right = [f"{p}: {rng.choice(GOOD)}, model {rng.randint(100, 999)}" for p in PRODUCTS[:10]]
+    probe, _ = s.join(left, right, ABOUT)
+    threshold = median_p(p for ps in probe.p_yes for p in ps)
+    rows = list(range(anchors))
+
+    def quail(reuse):
+        r, stats = s.join(left, right, ABOUT, reuse=reuse)
+        return join_decisions("join", r, threshold, rows), stats.tokens_computed
+
+    def stages():
+        yield join_stage(s, "join", left, right, ABOUT, threshold, rows)
+    return Workload(anchors, quail, stages)
+
+
+def pipeline_workload(s: Session, n: int) -> Workload:
+    rng = random.Random(7)
+    texts = reviews(n, rng)
+    products = [f"{p}: {rng.choice(GOOD)}, model {rng.randint(100, 999)}" for p in PRODUCTS]
+    probe, _ = s.filter(texts, REVIEW_PREDICATES[:1], 0.0)
+    t_filter = median_p(p[0] for p in probe.p_yes)
+    kept = [i for i, ok in enumerate(s.filter(texts, REVIEW_PREDICATES, t_filter)[0].passed) if ok]
+    t_about = median_p(p for ps in s.join([texts[i] for i in kept], products, ABOUT)[0].p_yes for p in ps)
+    t_sells = median_p(p for ps in s.join([texts[i] for i in kept], STORES, SELLS)[0].p_yes for p in ps)
+    later = ("classify", "join_1", "join_2")
+
+    def quail(reuse):
+        pool, out, tokens = s.engine.pool, {}, 0
+
+        def step(stats, name):
+            nonlocal tokens
+            tokens += stats.tokens_computed
+            pool.consumed(name)
+        f, stats = s.filter(texts, REVIEW_PREDICATES, t_filter, reuse=reuse, retain=Retain(frozenset(later)))
+        step(stats, "filter")
+        out |= {("filter", i): ok for i, ok in enumerate(f.passed)}
+        rows = [i for i, ok in enumerate(f.passed) if ok]
+        assert rows == kept, "the filter kept other rows than in the threshold run"
+        kept_texts = [texts[i] for i in rows]
+        c, stats = s.classify(kept_texts, CATEGORIES, CATEGORY_QUESTION, reuse=reuse, retain=Retain(frozenset(later[1:])))
+        step(stats, "classify")
+        out |= {("classify", r): label for r, label in zip(rows, c.labels)}
+        j, stats = s.join(kept_texts, products, ABOUT, reuse=reuse, retain=Retain(frozenset(later[2:])))
+        step(stats, "join_1")
+        out |= join_decisions("join_1", j, t_about, rows)
+        j, stats = s.join(kept_texts, STORES, SELLS, reuse=reuse)
+        step(stats, "join_2")
+        out |= join_decisions("join_2", j, t_sells, rows)
+        return out, tokens
+
+    def stages():
+        # The later operators take the rows Quail's filter kept, whatever the baseline's filter
+        # decided, so that every system does the same work (a bf16 filter keeps other rows).
+        yield Stage("filter", [s.layout.document(t) for t in texts],
+                    [yes_no(s, s.layout.yes_no_question(p)) for p in REVIEW_PREDICATES], "filter", t_filter)
+        docs = [s.layout.document(texts[i]) for i in kept]
+        yield Stage("classify", docs, label_questions(s, CATEGORY_QUESTION, CATEGORIES), "classify", rows=kept)
+        yield join_stage(s, "join_1", [texts[i] for i in kept], products, ABOUT, t_about, kept)
+        yield join_stage(s, "join_2", [texts[i] for i in kept], STORES, SELLS, t_sells, kept)
+    return Workload(n, quail, stages)
+
+
+def workload(name: str, s: Session, rows: int) -> Workload:
+    if name == "W1":
+        return filter_workload(s, "filter", reference_documents(rows, s.loaded.tokenizer), PREDICATES)
+    if name == "W2":
+        return filter_workload(s, "filter", traces(1, rows, random.Random(7)), TRACE_PREDICATES)
+    if name == "W3":
+        return join_workload(s, rows)
+    return pipeline_workload(s, rows)
+
+
+def baseline(w: Workload, runner, ask_for) -> tuple[dict, int]:
+    runner.computed = 0
+    decisions = {key: d for stage in w.stages() for key, d in decide(stage, *ask_for(stage)).items()}
+    return decisions, runner.computed
+
+
+def systems(s: Session, w: Workload, model: str, hf: Transformers | None):
+    """key -> a function that prepares a run and returns the run to time."""
+    def quail(reuse):
+        def run():
+            out = w.quail(reuse)
+            assert s.engine.free_pages == s.engine.plan.arena_pages  # nothing left behind
+            return out
+        return run
+
+    def transformers(method):
+        return lambda: baseline(w, hf, getattr(hf, method))
+
+    def llama():
+        cpp = LlamaCpp(model)
+
+        def run():
+            try:
+                return baseline(w, cpp, cpp.prefix_reuse)
+            finally:
+                cpp.close()
+        return run
+
+    return {"quail": lambda: quail(True), "e": lambda: quail(False), "a": lambda: transformers("one_at_a_time"),
+            "b": lambda: transformers("batches"), "c": lambda: transformers("prefix_cache"), "d": llama}
+
+
+def agreement(a: dict, b: dict) -> float:
+    keys = a.keys() | b.keys()
+    return sum(a.get(k) == b.get(k) for k in keys) / len(keys)
+
+
+def measure(name: str, s: Session, model: str, rows: int, keys: list[str], repeats: int, hf) -> dict:
+    w = workload(name, s, rows)
+    prepare = systems(s, w, model, hf)
+    times = {k: [] for k in keys}
+    outputs = {}
+    for _ in range(repeats):
+        for k in keys:
+            run = prepare[k]()
+            start = time.perf_counter()
+            with torch.inference_mode():
+                out = run()
+            times[k].append(time.perf_counter() - start)
+            assert outputs.setdefault(k, out)[1] == out[1], f"{k}: tokens computed changed between repeats"
+    reference = outputs["quail"][0]
+    result = []
+    for k in keys:
+        seconds = statistics.median(times[k])
+        decisions, computed = outputs[k]
+        result.append({"system": LABELS[k], "seconds": seconds, "times": times[k], "tokens_computed": computed,
+                       "tokens_per_second": computed / seconds, "agree": agreement(decisions, reference),
+                       "decisions": len(decisions)})
+        print(f"  {json.dumps(result[-1])}", flush=True)
+    return {"workload": name, "model": model, "rows": rows, "dtype": str(s.engine.model.dtype), "systems": result}
+
+
+def table(run: dict, repeats: int) -> str:
+    rows = run["rows"] if run["workload"] != "W3" else f"{run['rows']} x 10"
+    lines = [f"**{run['workload']}**, {rows} rows, {run['model']} (Quail {run['dtype']}, transformers bf16), "
+             f"median of {repeats}", "",
+             "| system | seconds | tokens computed | tokens/s | x Quail's time | decisions agree with Quail |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    quail = run["systems"][0]["seconds"]
+    for r in run["systems"]:
+        lines.append(f"| {r['system']} | {r['seconds']:.1f} | {r['tokens_computed']:,} | {r['tokens_per_second']:,.0f} | "
+                     f"{r['seconds'] / quail:.2f} | {r['agree']:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", default="W1", choices=[*FILTERS, "W3"])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--docs", type=int, help="rows (W1: 200, W2: 30, W3: 20 anchors)")
+    ap.add_argument("--size", default="bench", choices=PLANS)
+    ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W4 (default: all)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--systems", default="quail,e,a,b,c,d")
-    ap.add_argument("--baseline-dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                    help="transformers' dtype: bf16 is what the issue's user writes; fp32 matches Quail's here")
     args = ap.parse_args()
     torch.set_num_threads(torch.get_num_threads())
-    s = Session.open(args.model)
-    dtype = s.engine.model.dtype
-    prompts, quail = workload(args.workload, s, args.docs)
-    # a filter: about half pass the first predicate; a join: about half the pairs match
-    threshold = float(np.median(quail(True, 0.0)[2]))
-    hf = None
-    systems = {
-        "quail": ("Quail", lambda: quail(True, threshold)[:2]),
-        "e": ("(e) Quail, no reuse", lambda: quail(False, threshold)[:2]),
-        "a": ("(a) transformers, one at a time", lambda: one_at_a_time(hf, prompts, threshold)),
-        "b": ("(b) transformers, batches of 8", lambda: padded_batches(hf, prompts, threshold)),
-        "c": ("(c) transformers + prefix cache", lambda: prefix_cache(hf, prompts, threshold)),
-        "d": ("(d) llama.cpp, prefix reuse", lambda: llama_cpp(args.model, prompts, threshold)),
-    }
-    rows, reference = [], None
-    for key in args.systems.split(","):
-        label, fn = systems[key]
-        if key in "abc" and hf is None:
-            hf = transformers_model(args.model, getattr(torch, args.baseline_dtype))
-        try:
-            times, out = [], None
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                out = fn()
-                times.append(time.perf_counter() - start)
-        except ImportError as e:
-            print(f"{label}: skipped ({e})", flush=True)
-            continue
-        decisions, computed = out
-        reference = reference or decisions
-        seconds = statistics.median(times)
-        rows.append({"system": label, "seconds": seconds, "tokens_computed": computed,
-                     "tokens_per_second": computed / seconds, "passed": sum(decisions),
-                     "agree": float(np.mean([a == b for a, b in zip(decisions, reference)]))})
-        print(json.dumps(rows[-1]), flush=True)
-    quail = next((r["seconds"] for r in rows if r["system"] == "Quail"), None)
-    out = Path(__file__).parent / "results" / f"{args.workload.lower()}-{args.model}.json"
+    plan = [p for p in PLANS[args.size] if not args.only or p[0] in args.only.split(",")]
+    started, runs, sessions = time.perf_counter(), [], {}
+    for name, model, rows, keys in plan:
+        if model not in sessions:
+            sessions = {model: (Session.open(model), Transformers(transformers_model(model, torch.bfloat16)))}
+        s, hf = sessions[model]
+        print(f"{name}, {model}, {rows} rows:", flush=True)
+        keys = [k for k in keys.split(",") if k != "d" or _has_llama_cpp()]
+        runs.append(measure(name, s, model, rows, keys, args.repeats, hf))
+    wall = time.perf_counter() - started
+    out = Path(__file__).parent / "results" / f"suite-{args.size}"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"workload": args.workload, "model": args.model, "dtype": str(dtype), "baseline_dtype": args.baseline_dtype,
-                               "docs": len(prompts.docs), "repeats": args.repeats,
-                               "threshold": threshold, "rows": rows}, indent=1))
-    print(f"\n{args.workload}, {len(prompts.docs)} rows x {len(prompts.questions)} questions, {args.model} (Quail {dtype}, transformers "
-          f"{args.baseline_dtype}), median of {args.repeats}")
-    print("| system | seconds | tokens computed | tokens/s | x Quail's time | decisions agree with Quail |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        ratio = f"{r['seconds'] / quail:.2f}" if quail else ""
-        print(f"| {r['system']} | {r['seconds']:.1f} | {r['tokens_computed']:,} | {r['tokens_per_second']:,.0f} | "
-              f"{ratio} | {r['agree']:.3f} |")
+    out.with_suffix(".json").write_text(json.dumps({"size": args.size, "repeats": args.repeats, "threads": torch.get_num_threads(),
+                                                    "wall_seconds": wall, "runs": runs}, indent=1))
+    md = "\n".join(table(r, args.repeats) for r in runs)
+    out.with_suffix(".md").write_text(md)
+    print(f"\n{md}\nsuite wall time {wall:.0f} s; {out}.json")
+
+
+def _has_llama_cpp() -> bool:
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("  (d) skipped: llama-cpp-python is not installed (bench/requirements-llama.txt)")
+        return False
+    return True
 
 
 if __name__ == "__main__":

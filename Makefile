@@ -43,7 +43,7 @@ $(VENV)/.bench: $(VENV)/.demo-model bench/requirements-llama.txt
 	$(PIP) install -q -r bench/requirements-llama.txt
 	touch $@
 
-# About 14 minutes on 2 cores (bench/README.md); `make bench-full` has the issue's sizes (about 45).
+# About 14 minutes on 2 cores (bench/README.md); `make bench-full` has the issue's sizes (about 40).
 bench: $(VENV)/.bench
 	$(PY) bench/prefill.py smollm2-135m
 	cd bench && ../$(PY) suite.py --size bench

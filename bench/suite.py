@@ -16,8 +16,11 @@ Thresholds: the median P(yes) of Quail's run (between two rows), so about half t
 """
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
+import os
+import platform
 import random
 import statistics
 import time
@@ -80,7 +83,6 @@ def label_questions(s: Session, question: str, labels: list[str]) -> list[Questi
 @dataclass
 class Workload:
     """`quail(reuse)` -> (decisions, tokens computed); `stages()` yields the baselines' operators."""
-    rows: int
     quail: Callable[[bool], tuple[dict, int]]
     stages: Callable[[], Iterator[Stage]]
 
@@ -104,7 +106,7 @@ def filter_workload(s: Session, name: str, texts: list[str], predicates: list[st
     def stages():
         yield Stage(name, [s.layout.document(t) for t in texts],
                     [yes_no(s, s.layout.yes_no_question(p)) for p in predicates], "filter", threshold)
-    return Workload(len(texts), quail, stages)
+    return Workload(quail, stages)
 
 
 def join_stage(s: Session, name, left, right, condition, threshold, rows) -> Stage:
@@ -131,7 +133,7 @@ def join_workload(s: Session, anchors: int) -> Workload:
 
     def stages():
         yield join_stage(s, "join", left, right, ABOUT, threshold, rows)
-    return Workload(anchors, quail, stages)
+    return Workload(quail, stages)
 
 
 def pipeline_workload(s: Session, n: int) -> Workload:
@@ -178,7 +180,7 @@ def pipeline_workload(s: Session, n: int) -> Workload:
         yield Stage("classify", docs, label_questions(s, CATEGORY_QUESTION, CATEGORIES), "classify", rows=kept)
         yield join_stage(s, "join_1", [texts[i] for i in kept], products, ABOUT, t_about, kept)
         yield join_stage(s, "join_2", [texts[i] for i in kept], STORES, SELLS, t_sells, kept)
-    return Workload(n, quail, stages)
+    return Workload(quail, stages)
 
 
 def workload(name: str, s: Session, rows: int) -> Workload:
@@ -240,6 +242,7 @@ def measure(name: str, s: Session, model: str, rows: int, keys: list[str], repea
             with torch.inference_mode():
                 out = run()
             times[k].append(time.perf_counter() - start)
+            print(f"  {LABELS[k]}: {times[k][-1]:.1f} s", flush=True)
             assert outputs.setdefault(k, out)[1] == out[1], f"{k}: tokens computed changed between repeats"
     reference = outputs["quail"][0]
     result = []
@@ -249,14 +252,14 @@ def measure(name: str, s: Session, model: str, rows: int, keys: list[str], repea
         result.append({"system": LABELS[k], "seconds": seconds, "times": times[k], "tokens_computed": computed,
                        "tokens_per_second": computed / seconds, "agree": agreement(decisions, reference),
                        "decisions": len(decisions)})
-        print(f"  {json.dumps(result[-1])}", flush=True)
-    return {"workload": name, "model": model, "rows": rows, "dtype": str(s.engine.model.dtype), "systems": result}
+    return {"workload": name, "model": model, "rows": rows, "repeats": repeats, "dtype": str(s.engine.model.dtype),
+            "systems": result}
 
 
-def table(run: dict, repeats: int) -> str:
+def table(run: dict) -> str:
     rows = run["rows"] if run["workload"] != "W3" else f"{run['rows']} x 10"
     lines = [f"**{run['workload']}**, {rows} rows, {run['model']} (Quail {run['dtype']}, transformers bf16), "
-             f"median of {repeats}", "",
+             f"median of {run['repeats']}", "",
              "| system | seconds | tokens computed | tokens/s | x Quail's time | decisions agree with Quail |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     quail = run["systems"][0]["seconds"]
@@ -266,30 +269,39 @@ def table(run: dict, repeats: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    versions = {m: importlib.metadata.version(m) for m in ("torch", "transformers", "llama_cpp_python")
+                if importlib.util.find_spec(m.removesuffix("_python"))}
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), **versions}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="bench", choices=PLANS)
-    ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W4 (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated workloads to run again, e.g. W1,W4; the others "
+                    "keep their results from the last run of this size")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(torch.get_num_threads())
     plan = [p for p in PLANS[args.size] if not args.only or p[0] in args.only.split(",")]
-    started, runs, sessions = time.perf_counter(), [], {}
+    out = Path(__file__).parent / "results" / f"suite-{args.size}.json"
+    runs = {(r["workload"], r["model"]): r for r in json.loads(out.read_text())["runs"]} if out.exists() else {}
+    started, sessions = time.perf_counter(), {}
     for name, model, rows, keys in plan:
         if model not in sessions:
             sessions = {model: (Session.open(model), Transformers(transformers_model(model, torch.bfloat16)))}
         s, hf = sessions[model]
         print(f"{name}, {model}, {rows} rows:", flush=True)
         keys = [k for k in keys.split(",") if k != "d" or _has_llama_cpp()]
-        runs.append(measure(name, s, model, rows, keys, args.repeats, hf))
-    wall = time.perf_counter() - started
-    out = Path(__file__).parent / "results" / f"suite-{args.size}"
+        runs[name, model] = measure(name, s, model, rows, keys, args.repeats, hf) | {"machine": machine()}
+    ordered = [runs[w, m] for w, m, _, _ in PLANS[args.size] if (w, m) in runs]
     out.parent.mkdir(exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"size": args.size, "repeats": args.repeats, "threads": torch.get_num_threads(),
-                                                    "wall_seconds": wall, "runs": runs}, indent=1))
-    md = "\n".join(table(r, args.repeats) for r in runs)
+    out.write_text(json.dumps({"size": args.size, "runs": ordered}, indent=1))
+    md = "\n".join(table(r) for r in ordered)
     out.with_suffix(".md").write_text(md)
-    print(f"\n{md}\nsuite wall time {wall:.0f} s; {out}.json")
+    print(f"\n{md}\nsuite wall time {time.perf_counter() - started:.0f} s; {out}")
 
 
 def _has_llama_cpp() -> bool:

@@ -13,24 +13,8 @@ import torch
 from documents import reference_documents
 from quail.executor.model_runner import Chunk
 from quail.executor.sequence import Seq
-from quail.model.loader import load_weights
-from quail.model.registry import embedded_path
 from quail.session import Session
-
-
-def transformers_model(name: str, dtype):
-    """The baseline a user writes: the model in transformers, with the same dequantized weights as
-    Quail's (not transformers' packed-GGUF path, whose kernels dequantize on every matmul)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    path = embedded_path(name)
-    hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path.parent, gguf_file=path.name),
-                                          dtype=dtype).eval()
-    _, weights, _ = load_weights(name)
-    missing, unexpected = hf.load_state_dict(weights, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    hf.tie_weights()
-    return hf
+from systems import left_padded, transformers_model
 
 
 def median_seconds(fn, repeats=3):
@@ -55,9 +39,7 @@ def main(model="qwen2.5-coder-0.5b"):
         for q in seqs:
             engine.cache.release(q)
 
-    width = max(map(len, batch))
-    ids = torch.tensor([[0] * (width - len(b)) + b for b in batch])
-    mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch])
+    ids, mask = left_padded(batch)
 
     def transformers_prefill(dtype):
         hf = transformers_model(model, dtype)
@@ -69,7 +51,7 @@ def main(model="qwen2.5-coder-0.5b"):
 
     quail_prefill()  # warm up
     tq = median_seconds(quail_prefill)
-    print(f"prefill, {len(batch)} documents, {tokens} tokens ({width * len(batch)} padded for transformers):")
+    print(f"prefill, {len(batch)} documents, {tokens} tokens ({ids.numel()} padded for transformers):")
     print(f"  quail ({engine.model.dtype}) {tokens / tq:8.0f} tok/s  ({tq:.2f} s)")
     for dtype in (torch.bfloat16, torch.float32):
         run = transformers_prefill(dtype)

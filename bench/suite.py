@@ -31,11 +31,10 @@ from typing import Callable, Iterator
 import torch
 
 from documents import PREDICATES, reference_documents
-from prefill import transformers_model
 from quail.executor.retention_pool import Retain
 from quail.ops.answers import p_yes
 from quail.session import Session
-from systems import LlamaCpp, Question, Stage, Transformers, decide
+from systems import LlamaCpp, Question, Stage, Transformers, decide, transformers_model
 from tokens import GOOD, PRODUCTS, reviews, traces
 
 TRACE_PREDICATES = ["Did the agent run the tests?", "Did a tool report an error?"]

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from quail.model.loader import load_weights
 from quail.model.registry import embedded_path
 
 
@@ -64,6 +65,29 @@ def decide(stage: Stage, ask, doc_major: bool) -> dict:
     return best
 
 
+def transformers_model(name: str, dtype):
+    """The baseline a user writes: the model in transformers, with the same dequantized weights as
+    Quail's (not transformers' packed-GGUF path, whose kernels dequantize on every matmul)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = embedded_path(name)
+    hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path.parent, gguf_file=path.name),
+                                          dtype=dtype).eval()
+    _, weights, _ = load_weights(name)
+    missing, unexpected = hf.load_state_dict(weights, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    hf.tie_weights()
+    return hf
+
+
+def left_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A transformers batch: input ids and attention mask, padded on the left so that every row's
+    last positions line up."""
+    width = max(map(len, rows))
+    return (torch.tensor([[0] * (width - len(r)) + r for r in rows]),
+            torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows]))
+
+
 def _log_probs(logits: torch.Tensor) -> np.ndarray:
     return torch.log_softmax(logits.float(), -1).numpy()
 
@@ -93,9 +117,8 @@ class Transformers:
             for lo in range(0, len(pairs), size):
                 batch = pairs[lo:lo + size]
                 rows = [stage.docs[d] + stage.questions[q].tokens for d, q in batch]
-                width, keep = max(map(len, rows)), max(stage.questions[q].keep for _, q in batch)
-                ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
-                mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+                keep = max(stage.questions[q].keep for _, q in batch)
+                ids, mask = left_padded(rows)
                 logits = self.hf(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
                 self.computed += sum(map(len, rows))
                 for (_, q), x in zip(batch, logits):

@@ -80,3 +80,45 @@ def test_on_kill_cancels_the_running_job_and_writes_nothing(local_default, tmp_p
     [job] = client.status()
     assert job["state"] == "cancelled" and job["rows_done"] < 400
     assert "cancelled" in failure[0] and not os.path.exists(target)
+
+
+def _write_news(path, texts: list[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    pacsv.write_csv(pa.table({"id": list(range(len(texts))), "text": texts}), path)
+
+
+def test_a_cleared_task_rerun_on_changed_input_writes_the_new_rows(local_default, tmp_path):
+    source, target = tmp_path / "news.csv", str(tmp_path / "out.parquet")
+    _write_news(source, [f"Match report {i}: the home side won." for i in range(6)])
+    op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target, threshold=0.0,
+                           predicates=["Is this about sport?"])
+    first = op.execute(_context(1))
+    assert first["rows_out"] == 6
+    _write_news(source, ["Rates rose again.", "A new phone chip."])  # the data changed; the task is cleared
+    second = op.execute(_context(1))
+    out = pq.read_table(target)
+    assert second["rows_in"] == second["rows_out"] == out.num_rows == 2
+    assert out.column("text").to_pylist() == ["Rates rose again.", "A new phone chip."]
+    jobs = QuailHook().get_conn().status()
+    assert len({j["job"] for j in jobs}) == 2 and len({j["content"] for j in jobs}) == 2
+
+
+def test_a_deferred_task_whose_input_changed_while_it_waited_writes_nothing(local_default, tmp_path):
+    import pytest
+    from airflow.exceptions import AirflowException
+    from airflow.sdk.exceptions import TaskDeferred
+
+    source, target = tmp_path / "news.csv", str(tmp_path / "out.parquet")
+    _write_news(source, [f"Match report {i}: the home side won." for i in range(4)])
+    op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target, threshold=0.0,
+                           predicates=["Is this about sport?"], deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(_context(1))
+    client = QuailHook().get_conn()
+    status = client.wait(deferred.value.trigger.job_id, poll=0.05)
+    _write_news(source, ["Rates rose again."])
+    with pytest.raises(AirflowException, match="changed while its job ran"):
+        op.execute_complete(_context(1), status)
+    assert not os.path.exists(target)

@@ -192,3 +192,63 @@ def test_cancelling_a_running_job_stops_it_and_frees_its_pages(worker):
     again, attached = client.submit(identity, SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
     assert again != job and not attached  # a retry after a cancel computes anew
     assert client.wait(again, poll=0.05)["state"] == "done"
+
+
+def test_a_rerun_on_changed_input_is_a_new_job_and_the_stale_one_is_cancelled(worker):
+    """A cleared task re-run after its data changed must not re-attach to the old job's answers."""
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    identity, p = Identity("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
+    many = [f"{t} Report {i}." for i in range(60) for t in TEXTS]
+    old, _ = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
+    new, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs())
+    assert new != old and not attached
+    assert client.wait(old, poll=0.05)["state"] == "cancelled"
+    status = client.wait(new, poll=0.05)
+    assert status["state"] == "done" and status["rows"] == len(TEXTS)
+    assert client.fetch(new).column("row").to_pylist() == list(range(len(TEXTS)))
+    again, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs())
+    assert again == new and attached  # the same content still re-attaches
+
+
+def test_a_submission_for_the_same_identity_with_other_content_is_never_attached(worker):
+    """Someone who pre-submits for a predictable run id cannot hand the real task their answers:
+    another spec, plan, reuse switch or document each makes another job."""
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    identity, p = Identity("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
+    stricter = OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=1.0)
+    variants = [(stricter, p["sport"], Reuse(), _inputs()),
+                (SPECS[0], p["sport"], Reuse.none(), _inputs()),
+                (SPECS[0], p["sport"], Reuse(), [(TEXTS[:-1] + ["Rates fell."], list(range(len(TEXTS))))]),
+                (SPECS[0], p["sport"], Reuse(), [(TEXTS, list(range(1, len(TEXTS) + 1)))])]
+    planted = [client.submit(identity, *v)[0] for v in variants]
+    real, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs())
+    assert not attached and real not in planted
+    assert client.wait(real, poll=0.05)["state"] == "done"
+    assert client.fetch(real).column("passed").to_pylist() == [True] * len(TEXTS)  # threshold 0, not 1
+
+
+def test_concurrent_submissions_share_a_job_only_when_their_content_is_equal(worker):
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    identity, p = Identity("news", "sport", "r1"), plan(SPECS)
+    a = [(TEXTS[:2], [0, 1])]
+    b = [(TEXTS[2:], [0, 1, 2])]
+    results = {}
+
+    def submit(name, inputs):
+        results[name] = client.submit(identity, SPECS[0], p["sport"], Reuse(), inputs)
+
+    import threading
+
+    threads = [threading.Thread(target=submit, args=(n, i)) for n, i in (("a1", a), ("a2", a))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["a1"][0] == results["a2"][0] and results["a1"][1] != results["a2"][1]
+    job_b, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), b)
+    assert job_b != results["a1"][0] and not attached
+    status = client.wait(job_b, poll=0.05)
+    assert status["rows"] == 3 and client.fetch(job_b).num_rows == 3  # B's 3 documents, not A's 2

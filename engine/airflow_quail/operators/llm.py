@@ -21,6 +21,7 @@ from quail.pipeline.tables import text_column
 from quail.planner.plan import OperatorPlan, plan
 from quail.planner.specs import OperatorSpec
 from quail.worker.jobs import Identity
+from quail.worker.protocol import documents_digest
 
 
 class _LLMOperator(BaseOperator):
@@ -88,9 +89,13 @@ class _LLMOperator(BaseOperator):
         return log
 
     def execute_complete(self, context, event: dict):
-        """Resumes after the trigger saw the job end: fetch the answers and write the output."""
+        """Resumes after the trigger saw the job end: fetch the answers and write the output, if the
+        input still holds the documents the job computed on."""
         try:
-            tables, _ = self._read()
+            tables, docs = self._read()
+            if documents_digest(docs) != event["documents"]:
+                raise QuailError(f"the input of {self.task_id} changed while its job ran; clear the task to "
+                                 f"compute the new input")
             return self._finish(QuailHook(self.quail_conn_id).get_conn(), event, tables)
         except QuailError as e:
             raise AirflowException(str(e)) from None

@@ -40,6 +40,8 @@ class Job:
     op: OperatorPlan
     reuse: Reuse
     inputs: list[tuple[list[str], list[int]]]
+    content: str  # protocol.content_digest: what the job computes
+    documents: str  # protocol.documents_digest: what it computes on
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
@@ -63,6 +65,7 @@ class Job:
     def status(self) -> dict:
         running = (self.finished or time.time()) - self.started if self.started else 0.0
         return {"job": self.id, "identity": asdict(self.identity), "operator": self.spec.name, "kind": self.spec.kind,
+                "content": self.content, "documents": self.documents,
                 "state": self.state, "rows": self.rows, "rows_done": self.rows_done,
                 "tokens_computed": self.tokens_computed,
                 "tokens_per_second": self.tokens_computed / running if running else 0.0,

@@ -4,8 +4,14 @@ tables, never pickle.
 submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse}; the table has one
 row per document: input (0, or 1 for a join's right side), row (the input row number), text.
 The worker answers with JSON {job, attached} in the put's metadata.
+
+A job is matched by its identity *and* its content (`content_digest`): the spec, the plan entry, the
+reuse switches, the worker's model and the documents. A retry with the same content re-attaches; the
+same identity with other content (a cleared task whose input changed, or someone else's submission
+for a predictable run id) is a new job.
 """
 
+import hashlib
 import json
 from dataclasses import asdict
 
@@ -23,6 +29,26 @@ DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.st
 def submit_command(identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse) -> bytes:
     return json.dumps({"identity": asdict(identity), "spec": spec.to_dict(), "plan": asdict(op),
                        "reuse": asdict(reuse)}).encode()
+
+
+def _canonical(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse) -> bytes:
+    """Re-serialized from the parsed objects, so the client's JSON layout never matters."""
+    return json.dumps({"spec": spec.to_dict(), "plan": asdict(op), "reuse": asdict(reuse)}, sort_keys=True).encode()
+
+
+def documents_digest(inputs: list[tuple[list[str], list[int]]]) -> str:
+    """A hash of every side's row numbers and texts, in order."""
+    h = hashlib.sha256()
+    for texts, rows in inputs:
+        h.update(json.dumps([rows, texts]).encode())
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+def content_digest(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, model: str, documents: str) -> str:
+    h = hashlib.sha256(_canonical(spec, op, reuse))
+    h.update(b"\x1f" + model.encode() + b"\x1f" + documents.encode())
+    return h.hexdigest()
 
 
 def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse]:

@@ -20,7 +20,7 @@ from quail.errors import QuailError
 from quail.pipeline.compute import compute
 from quail.session import Session
 from quail.worker.jobs import Job
-from quail.worker.protocol import parse_submit, split_documents
+from quail.worker.protocol import content_digest, documents_digest, parse_submit, split_documents
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -52,6 +52,7 @@ class Worker(flight.FlightServerBase):
         check_exposure(location, token)
         super().__init__(location, middleware={"token": _TokenCheck(token)} if token else None)
         self.session = session
+        self.model = f"{session.loaded.name}|{session.loaded.model.dtype}"
         self.ttl = ttl
         self.jobs: dict[str, Job] = {}
         self.by_identity: dict[str, str] = {}
@@ -95,14 +96,19 @@ class Worker(flight.FlightServerBase):
             inputs = split_documents(reader.read_all(), 2 if spec.kind == "join" else 1)
         except QuailError as e:
             raise flight.FlightServerError(str(e))
+        documents = documents_digest(inputs)
+        content = content_digest(spec, op, reuse, self.model, documents)
         with self.lock:
             self._expire()
             existing = self.jobs.get(self.by_identity.get(identity.key, ""))
-            attached = existing is not None and existing.state not in ("failed", "cancelled")
+            attached = (existing is not None and existing.content == content
+                        and existing.state not in ("failed", "cancelled"))
             if attached:
                 job = existing
             else:
-                job = Job(identity, spec, op, reuse, inputs)
+                if existing is not None:  # stale: the task's input or its operator changed since
+                    self._cancel(existing)
+                job = Job(identity, spec, op, reuse, inputs, content, documents)
                 self.jobs[job.id] = job
                 self.by_identity[identity.key] = job.id
                 self.runners.submit(self._run, job)

@@ -22,7 +22,7 @@ import torch
 from baselines import lru_block_cache, trie_nodes
 from quail.executor.engine import PhysicalPlan, Reuse
 from quail.executor.retention_pool import Retain
-from quail.executor.scheduler import Scheduler
+from quail.executor import scheduler
 from quail.model.loader import load_model
 from quail.session import Session
 
@@ -68,18 +68,18 @@ def traces(n_traces: int, turns: int, rng: random.Random) -> list[str]:
 @contextlib.contextmanager
 def recorded_prompts():
     """The full token sequence of every prompt a run evaluates, in order."""
-    prompts, finish = [], Scheduler._finish
+    prompts, settle = [], scheduler.settle
 
-    def record(req, act):
+    def record(req, *args):
         if req.ext.prompt:
             prompts.append(list(req.ext.seq.tokens))
-        return finish(req, act)
+        return settle(req, *args)
 
-    Scheduler._finish = staticmethod(record)
+    scheduler.settle = record
     try:
         yield prompts
     finally:
-        Scheduler._finish = staticmethod(finish)
+        scheduler.settle = settle
 
 
 def median_threshold(s: Session, texts, predicate) -> float:

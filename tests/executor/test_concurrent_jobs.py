@@ -8,7 +8,7 @@ import pytest
 
 from quail.executor.engine import Engine, PhysicalPlan, Reuse
 from quail.executor.retention_pool import Retain
-from quail.executor.scheduler import Extend, Program
+from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
@@ -44,7 +44,7 @@ def _together(engine, first, *others):
             threads.extend(threading.Thread(target=call, args=(name, fn)) for name, fn in others)
             for t in threads:
                 t.start()
-            while len(engine.scheduler._inbox) < len(others):
+            while len(engine.scheduler.driver.inbox) < len(others):
                 threading.Event().wait(0.001)
 
     call(first[0], first[1], progress=gate)

@@ -10,7 +10,8 @@ from quail.executor.calibration import calibrated
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.model_runner import ModelRunner
 from quail.executor.retention_pool import RetentionPool
-from quail.executor.scheduler import Program, Scheduler
+from quail.executor.program import Program
+from quail.executor.scheduler import Scheduler
 from quail.executor.stats import Stats
 from quail.kv import PAGE_SIZE, KVArena, PageArena
 from quail.model.llama import LlamaModel

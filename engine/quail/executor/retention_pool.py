@@ -135,6 +135,9 @@ class RetentionPool:
             if not e.consumers:
                 self.cache.release(self._pop(key))
 
+    def keys(self) -> list[str]:
+        return list(self._entries)
+
     def sequences(self) -> list[Seq]:
         return [e.seq for e in self._entries.values()]
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine, Reuse
 from quail.executor.retention_pool import Retain
-from quail.executor.scheduler import Extend, Program
+from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.answers import label_probabilities

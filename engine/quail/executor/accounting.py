@@ -1,0 +1,57 @@
+"""Token accounting for one request, counted once, where the scheduler computes or settles it:
+`charge` when a chunk of it goes into a forward pass, `settle` when it completes. Together they keep
+tokens_computed + sum(tokens_reused) == tokens_naive for every job (Stats.check)."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from quail.executor.program import Extend, Outcome, Reads
+from quail.executor.stats import Stats, StepStats
+
+
+@dataclass(eq=False)
+class Request:
+    ext: Extend
+    done: int = 0
+    reads: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.ext.tokens) - self.done
+
+
+def charge(stats: Stats, ext: Extend, lo: int, take: int) -> None:
+    """Tokens [lo, lo + take) of the request are computed in this pass."""
+    doc = max(0, min(lo + take, ext.n_document) - lo)
+    stats.document_tokens_computed += doc
+    stats.question_tokens_computed += take - doc
+    stats.tokens_computed += take
+    if (s := stats.step(ext.step)) is not None:
+        s.tokens_computed += take
+
+
+def settle(req: Request, stats: Stats, out: Outcome, index: int) -> Reads:
+    """The request is complete: credit what its prompt reused, by mechanism, and return its reads."""
+    ext, seq = req.ext, req.ext.seq
+    if not ext.prompt:
+        seq.fresh += len(ext.tokens)
+    else:
+        total = len(seq)
+        reused = total - len(ext.tokens) - seq.fresh
+        for mech, n in seq.credits.items():
+            take = min(n, reused)
+            stats.tokens_reused[mech] += take
+            reused -= take
+        stats.tokens_reused["rewind"] += reused
+        stats.tokens_naive += total
+        seq.fresh, seq.credits = 0, {}
+        out.naive[index].tokens_naive += total
+        out.naive[index].prompts += 1
+        if (s := stats.step(ext.step)) is not None:
+            s.tokens_naive += total
+            s.prompts += 1
+            mine = out.naive_steps[index].setdefault(ext.step, StepStats())
+            mine.tokens_naive += total
+            mine.prompts += 1
+    return [req.reads[off][ids].numpy() for off, ids in ext.reads]

@@ -104,7 +104,7 @@ class _LLMOperator(BaseOperator):
         if status["state"] != "done":
             raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
         try:
-            table, _ = shape(self.spec(), client.fetch(status["job"]), tables, self.inputs()[0][0])
+            table = shape(self.spec(), client.fetch(status["job"]), tables, self.inputs()[0][0])
             write_target(table, self.target)
         except QuailError as e:
             raise AirflowException(str(e)) from None

@@ -8,10 +8,9 @@ from pathlib import Path
 
 from quail.cli.progress import Progress
 from quail.errors import QuailError
+from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
-from quail.ops.prompts import DEFAULT_QUESTION
 from quail.pipeline.config import Pipeline, load_pipeline
-from quail.planner.specs import OperatorSpec
 
 
 def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
@@ -40,30 +39,10 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="quail", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
 
-    f = sub.add_parser("filter", help="keep the rows for which every predicate holds")
-    f.add_argument("input")
-    f.add_argument("--text-column", required=True)
-    f.add_argument("--predicate", action="append", default=[], help="a yes/no question; repeat for several")
-    f.add_argument("--keep-all", action="store_true", help="keep every row, adding passed and p_yes_1..k")
-    f.add_argument("--limit", type=int, help="the first N passing rows, in input order")
-    f.add_argument("--threshold", type=float, default=0.5)
-    _engine_options(f, single=True)
-
-    c = sub.add_parser("classify", help="label each row with one of the given labels")
-    c.add_argument("input")
-    c.add_argument("--text-column", required=True)
-    c.add_argument("--label", action="append", default=[], help="a label; repeat for each")
-    c.add_argument("--question", help="the question the labels answer")
-    _engine_options(c, single=True)
-
-    j = sub.add_parser("join", help="pairs of left and right rows that satisfy a condition")
-    j.add_argument("left")
-    j.add_argument("right")
-    j.add_argument("--left-column", required=True)
-    j.add_argument("--right-column", required=True)
-    j.add_argument("--condition", required=True)
-    j.add_argument("--threshold", type=float, default=0.5)
-    _engine_options(j, single=True)
+    for kind in KINDS.values():
+        p = sub.add_parser(kind.name, help=kind.summary)
+        kind.add_arguments(p)
+        _engine_options(p, single=True)
 
     for name, text in (("pipeline", "run the operators of a pipeline file in one engine session"),
                        ("explain", "print a pipeline's plan and predicted token accounting; run nothing")):
@@ -95,35 +74,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _single(args) -> Pipeline:
     """A one-operator pipeline from a filter, classify or join command."""
-    if args.command == "filter":
-        tables = {"input": args.input}
-        spec = OperatorSpec("filter", "filter", ("input",), (args.text_column,), tuple(args.predicate),
-                            threshold=args.threshold, limit=args.limit, keep_all=args.keep_all, output=args.output)
-        if not args.predicate:
-            raise QuailError("--predicate: give at least one predicate")
-        for i, p in enumerate(args.predicate, 1):
-            if not p.strip():
-                raise QuailError(f"--predicate {i} is empty")
-        if args.limit is not None and args.limit < 1:
-            raise QuailError(f"--limit must be at least 1, got {args.limit}")
-    elif args.command == "classify":
-        tables = {"input": args.input}
-        if len(args.label) < 2:
-            raise QuailError("--label: give at least two labels")
-        for i, label in enumerate(args.label, 1):
-            if not label.strip():
-                raise QuailError(f"--label {i} is empty")
-        dupes = sorted({label for label in args.label if args.label.count(label) > 1})
-        if dupes:
-            raise QuailError(f"--label: duplicate labels {dupes}")
-        spec = OperatorSpec("classify", "classify", ("input",), (args.text_column,),
-                            (args.question or DEFAULT_QUESTION,), tuple(args.label), output=args.output)
-    else:
-        tables = {"left": args.left, "right": args.right}
-        if not args.condition.strip():
-            raise QuailError("--condition is empty")
-        spec = OperatorSpec("join", "join", ("left", "right"), (args.left_column, args.right_column),
-                            (args.condition,), threshold=args.threshold, output=args.output)
+    tables, spec = KINDS[args.command].from_args(args)
     if not 0.0 <= spec.threshold <= 1.0:
         raise QuailError(f"--threshold {spec.threshold} is outside [0, 1]")
     if not args.explain and not args.output:

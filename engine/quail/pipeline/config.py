@@ -22,15 +22,8 @@ import yaml
 
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
-from quail.ops.prompts import DEFAULT_QUESTION
-from quail.planner.specs import KINDS, OperatorSpec
-
-_KEYS = {
-    "filter": {"input", "column", "predicates", "threshold", "limit", "keep_all"},
-    "classify": {"input", "column", "labels", "question"},
-    "join": {"left", "right", "left_column", "right_column", "condition", "threshold"},
-}
-
+from quail.kinds import KINDS
+from quail.planner.specs import OperatorSpec
 
 @dataclass
 class Pipeline:
@@ -41,32 +34,10 @@ class Pipeline:
 
 
 def _spec(name: str, kind: str, body: dict, output: str | None) -> OperatorSpec:
-    where = f"operator {name!r}"
-    unknown = set(body) - _KEYS[kind]
+    unknown = set(body) - KINDS[kind].keys
     if unknown:
-        raise QuailError(f"{where}: unknown {kind} keys {sorted(unknown)}; allowed: {sorted(_KEYS[kind])}")
-
-    def need(key):
-        if key not in body:
-            raise QuailError(f"{where}: {kind} needs {key!r}")
-        return body[key]
-
-    def texts(key) -> tuple[str, ...]:
-        value = need(key)
-        values = [value] if isinstance(value, str) else value
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise QuailError(f"{where}: {key!r} must be text or a list of texts")
-        return tuple(values)
-
-    common = dict(threshold=float(body.get("threshold", 0.5)), output=output)
-    if kind == "filter":
-        return OperatorSpec(name, kind, (str(need("input")),), (str(need("column")),), texts("predicates"),
-                            limit=body.get("limit"), keep_all=bool(body.get("keep_all", False)), **common)
-    if kind == "classify":
-        return OperatorSpec(name, kind, (str(need("input")),), (str(need("column")),),
-                            (body.get("question") or DEFAULT_QUESTION,), texts("labels"), **common)
-    return OperatorSpec(name, kind, (str(need("left")), str(need("right"))),
-                        (str(need("left_column")), str(need("right_column"))), texts("condition"), **common)
+        raise QuailError(f"operator {name!r}: unknown {kind} keys {sorted(unknown)}; allowed: {sorted(KINDS[kind].keys)}")
+    return KINDS[kind].from_settings(name, body, output)
 
 
 def load_pipeline(path: str) -> Pipeline:

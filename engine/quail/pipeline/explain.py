@@ -33,7 +33,7 @@ def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel,
         if op.retain is None:
             lines.append("  retain: nothing")
         else:
-            extra = f", failing rows p={op.retain.failed:.2f}" if spec.kind == "filter" and op.retain.failed else ""
+            extra = f", failing rows p={op.retain.failed:.2f}" if op.retain.failed else ""
             lines.append(f"  retain document KV for {', '.join(op.retain.consumers)} "
                          f"(p={op.retain.passed:.2f}{extra}); released after {op.retain.consumers[-1]}")
         lines.append(f"  predicted: {_accounting(predicted[spec.name])}")

@@ -12,13 +12,13 @@ import pyarrow as pa
 from quail.cost.observed import SelectivityStore
 from quail.executor.engine import Reuse
 from quail.executor.stats import Stats
+from quail.kinds import kind_of
 from quail.pipeline.compute import compute
 from quail.pipeline.config import Pipeline
 from quail.pipeline.outputs import shape
 from quail.pipeline.tables import read_table, text_column, write_table
 from quail.planner.plan import Plan
 from quail.planner.predict import OperatorTokens, Prediction, predict
-from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
 from quail.session import Session
 
@@ -68,24 +68,15 @@ class Runner:
         specs = {s.name: s for s in plan.specs}
 
         def source(name: str, column: str) -> list[str]:
-            while name in specs and specs[name].kind != "join":
+            while name in specs and kind_of(specs[name].kind).arity == 1:
                 name = specs[name].inputs[0]
             return self.input(name, column).texts if name in self.pipeline.tables else []
 
-        layout, out = session.layout, {}
+        out = {}
         for s in plan.specs:
-            docs = [layout.document(t) for t in source(s.inputs[0], s.columns[0])]
-            if s.kind == "filter":
-                questions = [layout.yes_no_question(q) for q in s.questions]
-                out[s.name] = OperatorTokens(docs, [len(q) for q in questions], stem=stem(questions))
-            elif s.kind == "classify":
-                q = layout.label_question(s.questions[0], list(s.labels))
-                out[s.name] = OperatorTokens(docs, [len(q)], [len(layout.label(x)) for x in s.labels])
-            else:
-                condition = layout.pair_question(s.questions[0])
-                partners = [layout.partner(t) + condition for t in source(s.inputs[1], s.columns[1])]
-                out[s.name] = OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in partners],
-                                             stem=stem(partners))
+            docs = [session.layout.document(t) for t in source(s.inputs[0], s.columns[0])]
+            partners = source(s.inputs[1], s.columns[1]) if len(s.inputs) > 1 else []
+            out[s.name] = kind_of(s.kind).tokens(session.layout, s, docs, partners)
         return out
 
     def run(self, session: Session, plan: Plan, reuse: Reuse, progress: Callable) -> list[OperatorRun]:
@@ -98,10 +89,10 @@ class Runner:
                                      self.truncate, progress(len(inputs[0].texts), spec.name))
             session.engine.consumed(spec.name)
             stats.rows_skipped = sum(x.table.num_rows - len(x.texts) for x in inputs)
-            table, passed = shape(spec, answers, [x.table for x in inputs], inputs[0].source)
+            table = shape(spec, answers, [x.table for x in inputs], inputs[0].source)
             self.tables[spec.name] = table
-            if spec.kind == "filter" and spec.limit is None:
-                store.record(spec.fingerprint(), len(inputs[0].texts), passed)
+            if (seen := kind_of(spec.kind).observed(spec, answers)) is not None:
+                store.record(spec.fingerprint(), *seen)
             if spec.output:
                 write_table(table, spec.output)
             run = OperatorRun(spec, table, stats, predicted[spec.name])

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 
 from quail.errors import QuailError
 from quail.planner import retention
-from quail.planner.specs import KINDS, OperatorSpec
+from quail.kinds import KINDS
+from quail.planner.specs import OperatorSpec
 
 
 @dataclass(frozen=True)
@@ -53,17 +54,7 @@ def _validate(specs: list[OperatorSpec]) -> None:
             raise QuailError(f"{where}: operator names must be unique and not empty")
         if s.kind not in KINDS:
             raise QuailError(f"{where}: kind {s.kind!r} is not one of {', '.join(KINDS)}")
-        want = 2 if s.kind == "join" else 1
-        if len(s.inputs) != want or len(s.columns) != want:
-            raise QuailError(f"{where}: a {s.kind} takes {want} input(s), each with a text column")
-        if not s.questions or not all(q.strip() for q in s.questions):
-            raise QuailError(f"{where}: give at least one non-empty {'predicate' if s.kind == 'filter' else 'question'}")
-        if s.kind == "classify" and len(set(s.labels)) != len(s.labels) or s.kind == "classify" and len(s.labels) < 2:
-            raise QuailError(f"{where}: give at least two distinct labels")
-        if not 0.0 <= s.threshold <= 1.0:
-            raise QuailError(f"{where}: threshold {s.threshold} is outside [0, 1]")
-        if s.limit is not None and (s.kind != "filter" or s.limit < 1):
-            raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
+        KINDS[s.kind].validate(s, where)
         seen.add(s.name)
 
 
@@ -82,13 +73,14 @@ def plan(specs: list[OperatorSpec], observed: dict[str, float] | None = None, *,
     ops = []
     for s in specs:
         keep = schedule.get(s.name)
-        asks_more = s.kind != "filter" or len(s.questions) > 1
+        kind = KINDS[s.kind]
         if not sharing:
             share, why = False, "switched off"
         elif s.limit is not None:
             share, why = False, "a row limit keeps input order"
         else:
             share, why = True, "per document, where the compute saved exceeds the KV writes"
-        sel = retention.selectivity(s, observed) if s.kind == "filter" else None
-        ops.append(OperatorPlan(s.name, rewind and (asks_more or keep is not None), share, why, keep, sel))
+        sel = retention.selectivity(s, observed) if kind.narrows else None
+        chain = rewind and (kind.asks_more_than_once(s) or keep is not None)
+        ops.append(OperatorPlan(s.name, chain, share, why, keep, sel))
     return Plan(tuple(specs), tuple(ops))

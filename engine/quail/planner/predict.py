@@ -9,6 +9,7 @@ read by the consumers that follow it.
 
 from dataclasses import dataclass, field
 
+from quail.kinds import kind_of
 from quail.planner.plan import Plan
 from quail.planner.prefix_tree import PrefixTree
 from quail.planner.retention import lineages
@@ -47,7 +48,7 @@ def predict(plan: Plan, tokens: dict[str, OperatorTokens], page_size: int = 16) 
     sel = {o.name: o.selectivity for o in plan.operators if o.selectivity is not None}
     out = {}
     for k, spec in enumerate(specs):
-        op, t = plan[spec.name], tokens[spec.name]
+        op, t, kind = plan[spec.name], tokens[spec.name], kind_of(spec.kind)
         line = lines[spec.name]
         reach = _product(sel[f] for f in line.filters)
         held = 0.0  # probability that a row reaching this operator finds its KV retained
@@ -56,24 +57,14 @@ def predict(plan: Plan, tokens: dict[str, OperatorTokens], page_size: int = 16) 
             if keep is None or spec.name not in keep.consumers:
                 continue
             lx = lines[x.name]
-            kept = lx.filters if keep.failed > 0 or x.kind != "filter" else lx.filters | {x.name}
+            kept = lx.filters if keep.failed > 0 or not kind_of(x.kind).narrows else lx.filters | {x.name}
             held = max(held, _product(sel[f] for f in kept | line.filters) / max(reach, 1e-12))
         tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
         p = Prediction()
+        prompts, common = kind.prompts(t, sel.get(spec.name))
         for doc, shared in zip(t.docs, tree.shared):
             n = len(doc)
             doc_new = (1 - held) * (n - shared)
-            common = t.stem
-            if spec.kind == "filter":
-                per = sel[spec.name] ** (1 / len(t.questions))
-                asks = [per**j for j in range(len(t.questions))]
-                prompts = [(a, q) for a, q in zip(asks, t.questions)]
-            elif spec.kind == "classify":
-                q = common = t.questions[0]  # every label is scored on the one document+question state
-                prompts = [(1.0, q)] if min(t.labels) == 1 else []
-                prompts += [(1.0, q + n_label - 1) for n_label in t.labels if n_label > 1]
-            else:
-                prompts = [(1.0, n_partner + t.questions[0]) for n_partner in t.partners]
             naive = sum(a * (n + extra) for a, extra in prompts)
             if op.chain_mode:
                 computed = doc_new + common + sum(a * (extra - common) for a, extra in prompts)

@@ -7,6 +7,7 @@ probability that the document passes the filters that stand between the two.
 
 from dataclasses import dataclass
 
+from quail.kinds import KINDS
 from quail.planner.specs import OperatorSpec
 
 PRIOR = 0.5  # selectivity of a filter never run before: Laplace's rule with no observations
@@ -37,10 +38,10 @@ def lineages(specs: list[OperatorSpec]) -> dict[str, Lineage]:
         spec = by_name.get(name)
         if spec is None:
             return name, frozenset()
-        if spec.kind == "join":  # its output is a new table of pairs
+        if not KINDS[spec.kind].keeps_rows:  # its output is a new table (a join's pairs)
             return spec.name, frozenset()
         table, filters = source(spec.inputs[0])
-        return table, filters | {spec.name} if spec.kind == "filter" else filters
+        return table, filters | {spec.name} if KINDS[spec.kind].narrows else filters
 
     for s in specs:
         table, filters = source(s.inputs[0])
@@ -55,7 +56,7 @@ def selectivity(spec: OperatorSpec, observed: dict[str, float]) -> float:
 def schedule(specs: list[OperatorSpec], observed: dict[str, float]) -> dict[str, RetentionEntry | None]:
     """For each operator: what to retain after it, for which consumers, with which probabilities."""
     lines = lineages(specs)
-    sel = {s.name: selectivity(s, observed) for s in specs if s.kind == "filter"}
+    sel = {s.name: selectivity(s, observed) for s in specs if KINDS[s.kind].narrows}
 
     def reach(needed: frozenset[str]) -> float:
         p = 1.0
@@ -66,7 +67,8 @@ def schedule(specs: list[OperatorSpec], observed: dict[str, float]) -> dict[str,
     out: dict[str, RetentionEntry | None] = {}
     for k, x in enumerate(specs):
         lx = lines[x.name]
-        kept = lx.filters | ({x.name} if x.kind == "filter" else frozenset())
+        narrows = KINDS[x.kind].narrows
+        kept = lx.filters | ({x.name} if narrows else frozenset())
         consumers, passed, failed = [], 0.0, 0.0
         for y in specs[k + 1 :]:
             ly = lines[y.name]
@@ -74,7 +76,7 @@ def schedule(specs: list[OperatorSpec], observed: dict[str, float]) -> dict[str,
                 continue
             consumers.append(y.name)
             passed = max(passed, reach(ly.filters - kept))
-            if x.kind == "filter" and x.name not in ly.filters:
+            if narrows and x.name not in ly.filters:
                 failed = max(failed, reach(ly.filters - lx.filters))
         out[x.name] = RetentionEntry(tuple(consumers), passed, failed) if consumers else None
     return out

@@ -4,13 +4,10 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
-KINDS = ("filter", "classify", "join")
-
-
 @dataclass(frozen=True)
 class OperatorSpec:
     name: str
-    kind: str  # filter | classify | join
+    kind: str  # a name in quail.kinds.KINDS
     inputs: tuple[str, ...]  # tables or earlier operators; a join's are (left, right)
     columns: tuple[str, ...]  # the text column of each input: the document rendering
     questions: tuple[str, ...]  # filter: the predicates; classify: the question; join: the condition

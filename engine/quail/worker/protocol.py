@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from quail.errors import QuailError
 from quail.executor.engine import Reuse
+from quail.kinds import KINDS
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
 from quail.worker.jobs import Identity
@@ -54,10 +55,14 @@ def content_digest(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, model: st
 def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse]:
     try:
         doc = json.loads(command)
-        return (Identity(**doc["identity"]), OperatorSpec.from_dict(doc["spec"]),
-                OperatorPlan.from_dict(doc["plan"]), Reuse(**doc["reuse"]))
+        identity, spec = Identity(**doc["identity"]), OperatorSpec.from_dict(doc["spec"])
+        op, reuse = OperatorPlan.from_dict(doc["plan"]), Reuse(**doc["reuse"])
     except (ValueError, KeyError, TypeError) as e:
         raise QuailError(f"a malformed job submission: {e}") from None
+    if spec.kind not in KINDS:
+        raise QuailError(f"a job submission: kind {spec.kind!r} is not one of {', '.join(KINDS)}")
+    KINDS[spec.kind].validate(spec, f"a job submission, operator {spec.name!r}")
+    return identity, spec, op, reuse
 
 
 def documents_table(inputs: list[tuple[list[str], list[int]]]) -> pa.Table:

@@ -17,6 +17,7 @@ import pyarrow.flight as flight
 
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
+from quail.kinds import KINDS
 from quail.pipeline.compute import compute
 from quail.session import Session
 from quail.worker.jobs import Job
@@ -93,7 +94,7 @@ class Worker(flight.FlightServerBase):
         self.last_call = time.time()
         try:
             identity, spec, op, reuse = parse_submit(descriptor.command)
-            inputs = split_documents(reader.read_all(), 2 if spec.kind == "join" else 1)
+            inputs = split_documents(reader.read_all(), KINDS[spec.kind].arity)
         except QuailError as e:
             raise flight.FlightServerError(str(e))
         documents = documents_digest(inputs)
@@ -171,10 +172,9 @@ class Worker(flight.FlightServerBase):
         try:
             answers, stats = compute(self.session, job.spec, job.op, job.reuse, job.inputs, progress=progress,
                                      scope=job.identity.scope)
-            if job.spec.kind == "filter" and job.spec.limit is None:
+            if (seen := KINDS[job.spec.kind].observed(job.spec, answers)) is not None:
                 with self.lock:
-                    self.store.record(job.spec.fingerprint(), job.rows,
-                                      int(sum(answers.column("passed").to_pylist())))
+                    self.store.record(job.spec.fingerprint(), *seen)
             job.answers, job.stats, job.state = answers, stats.to_dict(), "done"
         except Cancelled:
             job.state = "cancelled"

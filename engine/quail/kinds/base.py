@@ -1,0 +1,100 @@
+"""What every operator kind provides. One subclass per kind owns its settings, validation, prompt
+rendering, programs, answer columns, output shape and prediction; adding a kind is one new file and
+one line in kinds/__init__.py. Importing a kind loads no torch: the engine is imported where it runs."""
+
+import argparse
+from typing import TYPE_CHECKING
+
+from quail.errors import QuailError
+from quail.planner.specs import OperatorSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from quail.executor.engine import Reuse
+    from quail.executor.retention_pool import Retain
+    from quail.executor.stats import Stats
+    from quail.ops.prompts import PromptLayout
+    from quail.planner.predict import OperatorTokens
+    from quail.session import Session
+
+Inputs = list[tuple[list[str], list[int]]]  # per input: its texts and their row numbers
+
+
+class OperatorKind:
+    name: str
+    summary: str  # one line, for `quail --help`
+    arity = 1  # input tables, each with a text column
+    narrows = False  # drops rows (a filter): its selectivity shapes what later operators read
+    keeps_rows = True  # its output rows are its input's rows (a join's are new rows: pairs)
+    keys: frozenset[str] = frozenset()  # a pipeline file's settings for it
+
+    # the specs: from a pipeline file, from the command line, and their checks
+    def from_settings(self, name: str, body: dict, output: str | None) -> OperatorSpec:
+        raise NotImplementedError
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        raise NotImplementedError
+
+    def from_args(self, args: argparse.Namespace) -> tuple[dict[str, str], OperatorSpec]:
+        """The tables and the spec of a one-operator command."""
+        raise NotImplementedError
+
+    def validate(self, spec: OperatorSpec, where: str) -> None:
+        if len(spec.inputs) != self.arity or len(spec.columns) != self.arity:
+            raise QuailError(f"{where}: a {self.name} takes {self.arity} input(s), each with a text column")
+        if not spec.questions or not all(q.strip() for q in spec.questions):
+            raise QuailError(f"{where}: give at least one non-empty {self.question_word}")
+        if not 0.0 <= spec.threshold <= 1.0:
+            raise QuailError(f"{where}: threshold {spec.threshold} is outside [0, 1]")
+        self.check_limit(spec, where)
+
+    question_word = "question"
+
+    def check_limit(self, spec: OperatorSpec, where: str) -> None:
+        if spec.limit is not None:
+            raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
+
+    # running it
+    def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
+                retain: "Retain | None", truncate: bool, progress) -> tuple["pa.Table", "Stats"]:
+        """The answers, one row per answered input row (keyed by `row`, or `left_row`/`right_row`)."""
+        raise NotImplementedError
+
+    def shape(self, spec: OperatorSpec, answers: "pa.Table", tables: list["pa.Table"],
+              source: str) -> "pa.Table":
+        """The output table from the input tables and the answers."""
+        raise NotImplementedError
+
+    def asks_more_than_once(self, spec: OperatorSpec) -> bool:
+        """Whether a document is asked more than one prompt: chain mode then has work to save."""
+        return True
+
+    def observed(self, spec: OperatorSpec, answers: "pa.Table") -> tuple[int, int] | None:
+        """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""
+        return None
+
+    # predicting it
+    def tokens(self, layout: "PromptLayout", spec: OperatorSpec, docs: list[list[int]],
+               partners: list[str]) -> "OperatorTokens":
+        raise NotImplementedError
+
+    def prompts(self, t: "OperatorTokens", selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
+        """Per document: (probability it is asked, tokens beyond the document) for each prompt, and
+        the tokens every prompt shares after the document (chain mode computes them once)."""
+        raise NotImplementedError
+
+
+def texts_setting(body: dict, key: str, where: str, kind: str) -> tuple[str, ...]:
+    value = required(body, key, where, kind)
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise QuailError(f"{where}: {key!r} must be text or a list of texts")
+    return tuple(values)
+
+
+def required(body: dict, key: str, where: str, kind: str):
+    if key not in body:
+        raise QuailError(f"{where}: {kind} needs {key!r}")
+    return body[key]
+

@@ -1,0 +1,76 @@
+"""classify: label each row with one of the given labels, each scored on the one document+question
+state (multi-token labels by teacher forcing on top of it)."""
+
+from quail.errors import QuailError
+from quail.kinds.base import OperatorKind, required, texts_setting
+from quail.planner.specs import OperatorSpec
+
+
+class Classify(OperatorKind):
+    name = "classify"
+    summary = "label each row with one of the given labels"
+    keys = frozenset({"input", "column", "labels", "question"})
+
+    def from_settings(self, name, body, output):
+        from quail.ops.prompts import DEFAULT_QUESTION
+
+        where = f"operator {name!r}"
+        return OperatorSpec(name, self.name, (str(required(body, "input", where, self.name)),),
+                            (str(required(body, "column", where, self.name)),),
+                            (body.get("question") or DEFAULT_QUESTION,),
+                            texts_setting(body, "labels", where, self.name), output=output)
+
+    def add_arguments(self, p):
+        p.add_argument("input")
+        p.add_argument("--text-column", required=True)
+        p.add_argument("--label", action="append", default=[], help="a label; repeat for each")
+        p.add_argument("--question", help="the question the labels answer")
+
+    def from_args(self, args):
+        from quail.ops.prompts import DEFAULT_QUESTION
+
+        if len(args.label) < 2:
+            raise QuailError("--label: give at least two labels")
+        for i, label in enumerate(args.label, 1):
+            if not label.strip():
+                raise QuailError(f"--label {i} is empty")
+        dupes = sorted({label for label in args.label if args.label.count(label) > 1})
+        if dupes:
+            raise QuailError(f"--label: duplicate labels {dupes}")
+        return {"input": args.input}, OperatorSpec("classify", self.name, ("input",), (args.text_column,),
+                                                   (args.question or DEFAULT_QUESTION,), tuple(args.label),
+                                                   output=args.output)
+
+    def validate(self, spec, where):
+        super().validate(spec, where)
+        if len(set(spec.labels)) != len(spec.labels) or len(spec.labels) < 2:
+            raise QuailError(f"{where}: give at least two distinct labels")
+
+    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+        import pyarrow as pa
+
+        [(texts, rows)] = inputs
+        labels = list(spec.labels)
+        r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows)
+        columns = {"row": pa.array(rows, pa.int64()), "label": pa.array([labels[i] for i in r.labels], pa.string())}
+        for k, label in enumerate(labels):
+            columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
+        return pa.table(columns), stats
+
+    def shape(self, spec, answers, tables, source):
+        from quail.pipeline.outputs import scatter
+
+        [table] = tables
+        names = ["label"] + [f"p_{label}" for label in spec.labels]
+        return scatter(answers, table.num_rows, names, source, table)
+
+    def tokens(self, layout, spec, docs, partners):
+        from quail.planner.predict import OperatorTokens
+
+        q = layout.label_question(spec.questions[0], list(spec.labels))
+        return OperatorTokens(docs, [len(q)], [len(layout.label(x)) for x in spec.labels])
+
+    def prompts(self, t, selectivity):
+        q = t.questions[0]  # every label is scored on the one document+question state
+        prompts = [(1.0, q)] if min(t.labels) == 1 else []
+        return prompts + [(1.0, q + n_label - 1) for n_label in t.labels if n_label > 1], q

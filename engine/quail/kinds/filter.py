@@ -1,0 +1,96 @@
+"""filter: keep the rows for which every predicate holds (chain mode asks the next predicate only
+of rows that passed the previous one)."""
+
+import argparse
+
+from quail.errors import QuailError
+from quail.kinds.base import OperatorKind, required, texts_setting
+from quail.planner.specs import OperatorSpec
+
+
+class Filter(OperatorKind):
+    name = "filter"
+    summary = "keep the rows for which every predicate holds"
+    narrows = True
+    keys = frozenset({"input", "column", "predicates", "threshold", "limit", "keep_all"})
+    question_word = "predicate"
+
+    def from_settings(self, name, body, output):
+        where = f"operator {name!r}"
+        return OperatorSpec(name, self.name, (str(required(body, "input", where, self.name)),),
+                            (str(required(body, "column", where, self.name)),),
+                            texts_setting(body, "predicates", where, self.name),
+                            threshold=float(body.get("threshold", 0.5)), limit=body.get("limit"),
+                            keep_all=bool(body.get("keep_all", False)), output=output)
+
+    def add_arguments(self, p):
+        p.add_argument("input")
+        p.add_argument("--text-column", required=True)
+        p.add_argument("--predicate", action="append", default=[], help="a yes/no question; repeat for several")
+        p.add_argument("--keep-all", action="store_true", help="keep every row, adding passed and p_yes_1..k")
+        p.add_argument("--limit", type=int, help="the first N passing rows, in input order")
+        p.add_argument("--threshold", type=float, default=0.5)
+
+    def from_args(self, args: argparse.Namespace):
+        if not args.predicate:
+            raise QuailError("--predicate: give at least one predicate")
+        for i, p in enumerate(args.predicate, 1):
+            if not p.strip():
+                raise QuailError(f"--predicate {i} is empty")
+        if args.limit is not None and args.limit < 1:
+            raise QuailError(f"--limit must be at least 1, got {args.limit}")
+        return {"input": args.input}, OperatorSpec(
+            "filter", self.name, ("input",), (args.text_column,), tuple(args.predicate), threshold=args.threshold,
+            limit=args.limit, keep_all=args.keep_all, output=args.output)
+
+    def check_limit(self, spec, where):
+        if spec.limit is not None and spec.limit < 1:
+            raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
+
+    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+        import pyarrow as pa
+
+        [(texts, rows)] = inputs
+        r, stats = session.filter(texts, list(spec.questions), spec.threshold, spec.limit, reuse, retain,
+                                  truncate, progress, rows)
+        columns = {"row": pa.array(rows[: len(r.passed)], pa.int64()), "passed": pa.array(r.passed, pa.bool_())}
+        for k in range(len(spec.questions)):
+            columns[f"p_yes_{k + 1}"] = pa.array([p[k] for p in r.p_yes], pa.float64())
+        return pa.table(columns), stats
+
+    def shape(self, spec, answers, tables, source):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from quail.pipeline.outputs import scatter
+
+        [table] = tables
+        passed = pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
+        if not spec.keep_all:
+            return table.take(pa.array(passed, pa.int64()))
+        names = ["passed"] + [f"p_yes_{k + 1}" for k in range(len(spec.questions))]
+        out = scatter(answers, table.num_rows, names, source, table)
+        if spec.limit is not None and len(passed) == spec.limit:
+            out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one
+        return out
+
+    def asks_more_than_once(self, spec):
+        return len(spec.questions) > 1
+
+    def observed(self, spec, answers):
+        if spec.limit is not None:  # a limit stops early: what it saw is no sample of the table
+            return None
+        import pyarrow.compute as pc
+
+        return answers.num_rows, int(pc.sum(answers.column("passed")).as_py() or 0)
+
+    def tokens(self, layout, spec, docs, partners):
+        from quail.planner.predict import OperatorTokens
+        from quail.planner.prefix_tree import stem
+
+        questions = [layout.yes_no_question(q) for q in spec.questions]
+        return OperatorTokens(docs, [len(q) for q in questions], stem=stem(questions))
+
+    def prompts(self, t, selectivity):
+        per = selectivity ** (1 / len(t.questions))
+        return [(per**j, q) for j, q in enumerate(t.questions)], t.stem

@@ -1,0 +1,73 @@
+"""join: the pairs of left and right rows that satisfy a condition (chain mode keeps each left
+row's KV and rewinds past each right row)."""
+
+from quail.errors import QuailError
+from quail.kinds.base import OperatorKind, required, texts_setting
+from quail.planner.specs import OperatorSpec
+
+
+class Join(OperatorKind):
+    name = "join"
+    summary = "pairs of left and right rows that satisfy a condition"
+    arity = 2
+    keeps_rows = False
+    keys = frozenset({"left", "right", "left_column", "right_column", "condition", "threshold"})
+    question_word = "condition"
+
+    def from_settings(self, name, body, output):
+        where = f"operator {name!r}"
+
+        def need(key):
+            return str(required(body, key, where, self.name))
+
+        return OperatorSpec(name, self.name, (need("left"), need("right")), (need("left_column"), need("right_column")),
+                            texts_setting(body, "condition", where, self.name),
+                            threshold=float(body.get("threshold", 0.5)), output=output)
+
+    def add_arguments(self, p):
+        p.add_argument("left")
+        p.add_argument("right")
+        p.add_argument("--left-column", required=True)
+        p.add_argument("--right-column", required=True)
+        p.add_argument("--condition", required=True)
+        p.add_argument("--threshold", type=float, default=0.5)
+
+    def from_args(self, args):
+        if not args.condition.strip():
+            raise QuailError("--condition is empty")
+        return {"left": args.left, "right": args.right}, OperatorSpec(
+            "join", self.name, ("left", "right"), (args.left_column, args.right_column), (args.condition,),
+            threshold=args.threshold, output=args.output)
+
+    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+        import pyarrow as pa
+
+        (ltexts, lrows), (rtexts, rrows) = inputs
+        r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows)
+        pairs = [(lrows[i], rrows[j], p) for i, ps in enumerate(r.p_yes) for j, p in enumerate(ps)
+                 if p >= spec.threshold]
+        return pa.table({"left_row": pa.array([a for a, _, _ in pairs], pa.int64()),
+                         "right_row": pa.array([b for _, b, _ in pairs], pa.int64()),
+                         "p_yes": pa.array([p for _, _, p in pairs], pa.float64())}), stats
+
+    def shape(self, spec, answers, tables, source):
+        import pyarrow as pa
+
+        left, right = tables
+        lt, rt = left.take(answers.column("left_row")), right.take(answers.column("right_row"))
+        columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
+        columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
+        columns["p_yes"] = answers.column("p_yes")
+        return pa.table(columns)
+
+    def tokens(self, layout, spec, docs, partners):
+        from quail.planner.predict import OperatorTokens
+        from quail.planner.prefix_tree import stem
+
+        condition = layout.pair_question(spec.questions[0])
+        rendered = [layout.partner(t) + condition for t in partners]
+        return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
+                              stem=stem(rendered))
+
+    def prompts(self, t, selectivity):
+        return [(1.0, n_partner + t.questions[0]) for n_partner in t.partners], t.stem

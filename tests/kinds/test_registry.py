@@ -1,0 +1,40 @@
+"""The operator kinds are objects in one registry: the CLI's commands, a pipeline file's keys, the
+planner and the worker all take them from there, and importing them loads no torch."""
+
+import subprocess
+import sys
+
+import pytest
+
+from quail.cli.main import parser
+from quail.errors import QuailError
+from quail.kinds import KINDS
+from quail.kinds.base import OperatorKind
+from quail.planner.plan import plan
+from quail.planner.specs import OperatorSpec
+
+
+def test_every_kind_is_a_command_with_its_own_arguments():
+    commands = parser()._subparsers._group_actions[0].choices
+    assert set(KINDS) <= set(commands)
+    for name, kind in KINDS.items():
+        overridden = [m for m in ("from_settings", "add_arguments", "from_args", "compute", "shape", "tokens",
+                                  "prompts") if getattr(type(kind), m) is not getattr(OperatorKind, m)]
+        assert len(overridden) == 7, f"{name} leaves some of the interface to the base class"
+
+
+def test_validation_is_the_kinds_own():
+    with pytest.raises(QuailError, match="at least two distinct labels"):
+        plan([OperatorSpec("c", "classify", ("t",), ("text",), ("Q?",), ("a", "a"))])
+    with pytest.raises(QuailError, match="a join takes 2 input"):
+        plan([OperatorSpec("j", "join", ("t",), ("text",), ("Q?",))])
+    with pytest.raises(QuailError, match="limit must be a positive number of rows, on a filter"):
+        plan([OperatorSpec("c", "classify", ("t",), ("text",), ("Q?",), ("a", "b"), limit=3)])
+    with pytest.raises(QuailError, match="kind 'sort' is not one of filter, classify, join"):
+        plan([OperatorSpec("s", "sort", ("t",), ("text",), ("Q?",))])
+
+
+def test_the_kinds_and_the_planner_import_no_torch():
+    code = "import sys, quail.kinds, quail.planner.plan; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

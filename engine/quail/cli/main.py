@@ -11,6 +11,7 @@ from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
 from quail.pipeline.config import Pipeline, load_pipeline
+from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 
 
 def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
@@ -33,6 +34,8 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
     p.add_argument("--no-borrowing", action="store_true", help="admission never takes retained KV's pages")
     p.add_argument("--on-null", choices=["fail", "skip"], default="fail", help="NULL or empty text")
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
+    p.add_argument("--window-rows", type=int, default=DEFAULT_WINDOW_ROWS,
+                   help="rows read, computed and written at a time: memory follows this, not the table")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -149,7 +152,6 @@ def run(argv=None) -> int:
     from quail.pipeline.explain import describe_plan, describe_run
     from quail.pipeline.runner import Runner
     from quail.planner.plan import plan as make_plan
-    from quail.planner.predict import predict
     from quail.session import Session
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
@@ -157,12 +159,13 @@ def run(argv=None) -> int:
                                                       not args.no_retention, not args.no_borrowing)
     plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
                      retention_on=reuse.retention)
-    runner = Runner(pipeline, args.on_null, args.truncate)
+    if args.window_rows < 1:
+        raise QuailError(f"--window-rows must be at least 1, got {args.window_rows}")
+    runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows)
     runner.check_inputs()
     session = Session.open(pipeline.model, args.dtype, args.arena_pages, args.max_batch_tokens)
     if explain:
-        predicted = predict(plan, runner.tokens(session, plan), session.engine.plan.page_size)
-        print(describe_plan(plan, predicted, session.engine.cost, session.engine.plan.arena_pages,
+        print(describe_plan(plan, runner.predict(session, plan), session.engine.cost, session.engine.plan.arena_pages,
                             session.engine.pool.capacity))
         return 0
     bars = []
@@ -177,7 +180,7 @@ def run(argv=None) -> int:
         for b in bars:
             b.close()
     for r in runs:
-        print(describe_run(r.spec.name, r.stats, r.predicted, r.table.num_rows), file=sys.stderr)
+        print(describe_run(r.spec.name, r.stats, r.predicted, r.rows_out), file=sys.stderr)
     return 0
 
 

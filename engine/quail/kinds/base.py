@@ -27,6 +27,7 @@ class OperatorKind:
     arity = 1  # input tables, each with a text column
     narrows = False  # drops rows (a filter): its selectivity shapes what later operators read
     keeps_rows = True  # its output rows are its input's rows (a join's are new rows: pairs)
+    anchor = "row"  # the answers' column of first-input row numbers
     keys: frozenset[str] = frozenset()  # a pipeline file's settings for it
 
     # the specs: from a pipeline file, from the command line, and their checks
@@ -69,6 +70,10 @@ class OperatorKind:
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:
         """Whether a document is asked more than one prompt: chain mode then has work to save."""
         return True
+
+    def counted_rows(self, answers: "pa.Table") -> int:
+        """The rows of these answers that count toward a row limit."""
+        return answers.num_rows
 
     def observed(self, spec: OperatorSpec, answers: "pa.Table") -> tuple[int, int] | None:
         """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""

@@ -77,12 +77,15 @@ class Filter(OperatorKind):
     def asks_more_than_once(self, spec):
         return len(spec.questions) > 1
 
+    def counted_rows(self, answers):
+        import pyarrow.compute as pc
+
+        return int(pc.sum(answers.column("passed")).as_py() or 0)
+
     def observed(self, spec, answers):
         if spec.limit is not None:  # a limit stops early: what it saw is no sample of the table
             return None
-        import pyarrow.compute as pc
-
-        return answers.num_rows, int(pc.sum(answers.column("passed")).as_py() or 0)
+        return answers.num_rows, self.counted_rows(answers)
 
     def tokens(self, layout, spec, docs, partners):
         from quail.planner.predict import OperatorTokens

@@ -11,6 +11,7 @@ class Join(OperatorKind):
     summary = "pairs of left and right rows that satisfy a condition"
     arity = 2
     keeps_rows = False
+    anchor = "left_row"
     keys = frozenset({"left", "right", "left_column", "right_column", "condition", "threshold"})
     question_word = "condition"
 

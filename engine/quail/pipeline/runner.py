@@ -1,13 +1,18 @@
-"""Runs a planned pipeline in one engine session: each operator reads its inputs (tables or earlier
-operators' outputs), runs with its plan entry, releases what no later operator claims, and writes
-its output atomically with its stats, predicted and actual side by side."""
+"""Runs a planned pipeline in one engine session, a window of rows at a time: each operator reads
+its first input (a table, or an earlier operator's output) in windows, computes each window with its
+plan entry, appends the window's output to a temporary file that replaces its target at the end,
+and releases what no later operator claims. Memory follows the window; a join's right input is read
+whole. Stats carry the prediction and the actual accounting side by side."""
 
 import json
+import os
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quail.cost.observed import SelectivityStore
 from quail.executor.engine import Reuse
@@ -15,96 +20,124 @@ from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.pipeline.compute import compute
 from quail.pipeline.config import Pipeline
-from quail.pipeline.outputs import shape
-from quail.pipeline.tables import read_table, text_column, write_table
+from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
+from quail.pipeline.tables import text_column
 from quail.planner.plan import Plan
-from quail.planner.predict import OperatorTokens, Prediction, predict
+from quail.planner.predict import Prediction, predict_operator
 from quail.planner.specs import OperatorSpec
 from quail.session import Session
 
 
 @dataclass
-class Input:
-    table: pa.Table
-    texts: list[str]
-    rows: list[int]  # the table rows the texts came from (rows skipped under on_null=skip)
-    source: str
-
-
-@dataclass
 class OperatorRun:
     spec: OperatorSpec
-    table: pa.Table
+    rows_out: int
     stats: Stats
     predicted: Prediction
 
 
 class Runner:
-    def __init__(self, pipeline: Pipeline, on_null: str = "fail", truncate: bool = False):
+    def __init__(self, pipeline: Pipeline, on_null: str = "fail", truncate: bool = False,
+                 window_rows: int = DEFAULT_WINDOW_ROWS):
         self.pipeline = pipeline
         self.on_null = on_null
         self.truncate = truncate
-        self.tables: dict[str, pa.Table] = {}
+        self.window_rows = window_rows
+        self.outputs: dict[str, str] = {}  # operator -> the Parquet file later operators read
 
-    def table(self, name: str) -> pa.Table:
-        if name not in self.tables:
-            self.tables[name] = read_table(self.pipeline.tables[name])
-        return self.tables[name]
-
-    def input(self, name: str, column: str) -> Input:
-        source = self.pipeline.tables.get(name, f"operator {name!r}")
-        texts, rows = text_column(self.table(name), column, source, self.on_null)
-        return Input(self.table(name), texts, rows, source)
+    def source(self, name: str) -> TableSource:
+        if name in self.pipeline.tables:
+            return TableSource(self.pipeline.tables[name])
+        return TableSource(self.outputs[name], f"operator {name!r}")
 
     def check_inputs(self) -> None:
-        """Reads and checks every table input before the model loads."""
+        """Checks every table input's file and text column before the model loads; the rows are
+        checked as they stream, and an error names the row."""
         for spec in self.pipeline.specs:
             for name, column in zip(spec.inputs, spec.columns):
                 if name in self.pipeline.tables:
-                    self.input(name, column)
+                    source = self.source(name)
+                    text_column(source.schema().empty_table(), column, source.name, self.on_null)
 
-    def tokens(self, session: Session, plan: Plan) -> dict[str, OperatorTokens]:
-        """Each operator's documents as the rows of its source table (for the prediction)."""
+    def predict(self, session: Session, plan: Plan) -> dict[str, Prediction]:
+        """Each operator's predicted accounting over the rows of its source table, window by window
+        (a join's output, not known before it runs, predicts nothing)."""
         specs = {s.name: s for s in plan.specs}
 
-        def source(name: str, column: str) -> list[str]:
-            while name in specs and kind_of(specs[name].kind).arity == 1:
+        def table_of(name: str) -> str | None:
+            while name in specs and kind_of(specs[name].kind).keeps_rows:
                 name = specs[name].inputs[0]
-            return self.input(name, column).texts if name in self.pipeline.tables else []
+            return name if name in self.pipeline.tables else None
+
+        def texts(name: str | None, column: str):
+            if name is None:
+                return
+            source = self.source(name)
+            for first, window in source.windows(self.window_rows):
+                yield text_column(window, column, source.name, self.on_null, first)[0]
 
         out = {}
         for s in plan.specs:
-            docs = [session.layout.document(t) for t in source(s.inputs[0], s.columns[0])]
-            partners = source(s.inputs[1], s.columns[1]) if len(s.inputs) > 1 else []
-            out[s.name] = kind_of(s.kind).tokens(session.layout, s, docs, partners)
+            kind, layout = kind_of(s.kind), session.layout
+            partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if kind.arity > 1 else []
+            total = Prediction()
+            for part in texts(table_of(s.inputs[0]), s.columns[0]):
+                t = kind.tokens(layout, s, [layout.document(x) for x in part], partners)
+                total.add(predict_operator(plan, s.name, t, session.engine.plan.page_size))
+            out[s.name] = total
         return out
 
     def run(self, session: Session, plan: Plan, reuse: Reuse, progress: Callable) -> list[OperatorRun]:
-        predicted = predict(plan, self.tokens(session, plan), session.engine.plan.page_size)
-        store = SelectivityStore()
+        predicted = self.predict(session, plan)
         runs = []
-        for spec in plan.specs:
-            inputs = [self.input(n, c) for n, c in zip(spec.inputs, spec.columns)]
-            answers, stats = compute(session, spec, plan[spec.name], reuse, [(x.texts, x.rows) for x in inputs],
-                                     self.truncate, progress(len(inputs[0].texts), spec.name))
-            session.engine.consumed(spec.name)
-            stats.rows_skipped = sum(x.table.num_rows - len(x.texts) for x in inputs)
-            table = shape(spec, answers, [x.table for x in inputs], inputs[0].source)
-            self.tables[spec.name] = table
-            if (seen := kind_of(spec.kind).observed(spec, answers)) is not None:
-                store.record(spec.fingerprint(), *seen)
-            if spec.output:
-                write_table(table, spec.output)
-            run = OperatorRun(spec, table, stats, predicted[spec.name])
-            if spec.name in self.pipeline.stats:
-                write_stats(self.pipeline.stats[spec.name], run, session, plan)
-            runs.append(run)
+        with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch:
+            for spec in plan.specs:
+                target = spec.output or os.path.join(scratch, f"{spec.name}.parquet")
+                rows_out, stats = self._operator(session, spec, plan, reuse, progress, target)
+                self.outputs[spec.name] = target
+                session.engine.consumed(spec.name)
+                run = OperatorRun(spec, rows_out, stats, predicted[spec.name])
+                if spec.name in self.pipeline.stats:
+                    write_stats(self.pipeline.stats[spec.name], run, session, plan)
+                runs.append(run)
         return runs
+
+    def _operator(self, session: Session, spec: OperatorSpec, plan: Plan, reuse: Reuse, progress: Callable,
+                  target: str) -> tuple[int, Stats]:
+        kind = kind_of(spec.kind)
+        first, *others = (self.source(name) for name in spec.inputs)
+        whole = [s.read_all() for s in others]
+        fixed = [text_column(t, c, s.name, self.on_null) for t, s, c in zip(whole, others, spec.columns[1:])]
+        bar = progress(first.num_rows(), spec.name)
+        stats, counted, seen = None, 0, None
+        with OutputSink(target) as sink:
+            for offset, window in first.windows(self.window_rows):
+                texts, rows = text_column(window, spec.columns[0], first.name, self.on_null, offset)
+                part = spec if spec.limit is None else replace(spec, limit=spec.limit - counted)
+                answers, s = compute(session, part, plan[spec.name], reuse, [(texts, rows)] + fixed, self.truncate, bar)
+                s.rows_skipped = window.num_rows - len(texts)
+                stats = s if stats is None else stats.merge(s)
+                if (observed := kind.observed(part, answers)) is not None:
+                    seen = observed if seen is None else (seen[0] + observed[0], seen[1] + observed[1])
+                sink.write(kind.shape(part, _from_row(answers, kind.anchor, offset), [window] + whole, first.name))
+                counted += kind.counted_rows(answers)
+                if spec.limit is not None and counted >= spec.limit:
+                    break
+        stats.rows_skipped += sum(t.num_rows - len(x) for t, (x, _) in zip(whole, fixed))
+        if seen is not None:
+            SelectivityStore().record(spec.fingerprint(), *seen)
+        return sink.rows, stats
+
+
+def _from_row(answers: pa.Table, column: str, offset: int) -> pa.Table:
+    """Answers keyed by row number within the window that starts at row `offset`."""
+    i = answers.schema.get_field_index(column)
+    return answers.set_column(i, column, pc.subtract(answers.column(i), pa.scalar(offset, pa.int64())))
 
 
 def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> None:
     doc = {"operator": run.spec.name, "command": run.spec.kind, "model": session.loaded.name,
-           "plan_hash": plan.hash, "rows_out": run.table.num_rows} | run.stats.to_dict()
+           "plan_hash": plan.hash, "rows_out": run.rows_out} | run.stats.to_dict()
     doc["predicted"] = run.predicted.rounded()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, indent=2))

@@ -30,6 +30,12 @@ class Prediction:
     tokens_computed: float = 0.0
     tokens_reused: dict[str, float] = field(default_factory=lambda: {"rewind": 0.0, "prefix": 0.0, "retention": 0.0})
 
+    def add(self, other: "Prediction") -> None:
+        self.tokens_naive += other.tokens_naive
+        self.tokens_computed += other.tokens_computed
+        for k, v in other.tokens_reused.items():
+            self.tokens_reused[k] += v
+
     def rounded(self) -> dict:
         return {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),
                 "tokens_reused": {k: round(v) for k, v in self.tokens_reused.items()}}
@@ -43,39 +49,43 @@ def _product(values) -> float:
 
 
 def predict(plan: Plan, tokens: dict[str, OperatorTokens], page_size: int = 16) -> dict[str, Prediction]:
+    return {s.name: predict_operator(plan, s.name, tokens[s.name], page_size) for s in plan.specs}
+
+
+def predict_operator(plan: Plan, name: str, t: OperatorTokens, page_size: int = 16) -> Prediction:
+    """The expected accounting of one operator over the documents in `t`; additive over disjoint
+    sets of documents (windows), as the sharing plan is made per window."""
     specs = list(plan.specs)
+    k = next(i for i, s in enumerate(specs) if s.name == name)
+    spec, op, kind = specs[k], plan[name], kind_of(specs[k].kind)
     lines = lineages(specs)
     sel = {o.name: o.selectivity for o in plan.operators if o.selectivity is not None}
-    out = {}
-    for k, spec in enumerate(specs):
-        op, t, kind = plan[spec.name], tokens[spec.name], kind_of(spec.kind)
-        line = lines[spec.name]
-        reach = _product(sel[f] for f in line.filters)
-        held = 0.0  # probability that a row reaching this operator finds its KV retained
-        for x in specs[:k]:
-            keep = plan[x.name].retain
-            if keep is None or spec.name not in keep.consumers:
-                continue
-            lx = lines[x.name]
-            kept = lx.filters if keep.failed > 0 or not kind_of(x.kind).narrows else lx.filters | {x.name}
-            held = max(held, _product(sel[f] for f in kept | line.filters) / max(reach, 1e-12))
-        tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
-        p = Prediction()
-        prompts, common = kind.prompts(t, sel.get(spec.name))
-        for doc, shared in zip(t.docs, tree.shared):
-            n = len(doc)
-            doc_new = (1 - held) * (n - shared)
-            naive = sum(a * (n + extra) for a, extra in prompts)
-            if op.chain_mode:
-                computed = doc_new + common + sum(a * (extra - common) for a, extra in prompts)
-            else:
-                computed = sum(a * (doc_new + extra) for a, extra in prompts)
-            p.tokens_naive += reach * naive
-            p.tokens_computed += reach * computed
-            first = prompts[0][0] if op.chain_mode else sum(a for a, _ in prompts)
-            p.tokens_reused["retention"] += reach * held * n * first
-            p.tokens_reused["prefix"] += reach * (1 - held) * shared * first
-        p.tokens_reused["rewind"] = p.tokens_naive - p.tokens_computed - p.tokens_reused["retention"] \
-            - p.tokens_reused["prefix"]
-        out[spec.name] = p
-    return out
+    line = lines[spec.name]
+    reach = _product(sel[f] for f in line.filters)
+    held = 0.0  # probability that a row reaching this operator finds its KV retained
+    for x in specs[:k]:
+        keep = plan[x.name].retain
+        if keep is None or spec.name not in keep.consumers:
+            continue
+        lx = lines[x.name]
+        kept = lx.filters if keep.failed > 0 or not kind_of(x.kind).narrows else lx.filters | {x.name}
+        held = max(held, _product(sel[f] for f in kept | line.filters) / max(reach, 1e-12))
+    tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
+    p = Prediction()
+    prompts, common = kind.prompts(t, sel.get(spec.name))
+    for doc, shared in zip(t.docs, tree.shared):
+        n = len(doc)
+        doc_new = (1 - held) * (n - shared)
+        naive = sum(a * (n + extra) for a, extra in prompts)
+        if op.chain_mode:
+            computed = doc_new + common + sum(a * (extra - common) for a, extra in prompts)
+        else:
+            computed = sum(a * (doc_new + extra) for a, extra in prompts)
+        p.tokens_naive += reach * naive
+        p.tokens_computed += reach * computed
+        first = (prompts[0][0] if prompts else 0.0) if op.chain_mode else sum(a for a, _ in prompts)
+        p.tokens_reused["retention"] += reach * held * n * first
+        p.tokens_reused["prefix"] += reach * (1 - held) * shared * first
+    p.tokens_reused["rewind"] = p.tokens_naive - p.tokens_computed - p.tokens_reused["retention"] \
+        - p.tokens_reused["prefix"]
+    return p

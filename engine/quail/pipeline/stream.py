@@ -1,0 +1,105 @@
+"""Tables read and written a window of rows at a time, so that memory follows the window, not the
+table: Parquet by row groups, CSV by blocks, and an output written to a temporary Parquet file in
+the target's folder that replaces the target only when every window is in."""
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from quail.errors import QuailError
+
+DEFAULT_WINDOW_ROWS = 8192
+
+
+class TableSource:
+    """A Parquet or CSV file, read in windows; `name` is what errors call it."""
+
+    def __init__(self, path: str, name: str | None = None):
+        self.path = Path(path)
+        self.name = name or path
+        self.csv = self.path.suffix.lower() == ".csv"
+        if not self.path.is_file():
+            raise QuailError(f"input {self.name}: no such file")
+
+    def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
+        if self.csv:  # types are inferred from the first block: 16 MB of rows
+            yield from pacsv.open_csv(self.path, read_options=pacsv.ReadOptions(block_size=1 << 24))
+        else:
+            yield from pq.ParquetFile(self.path).iter_batches(batch_size=rows)
+
+    def num_rows(self) -> int | None:
+        """Known up front for Parquet; a CSV file's only once read."""
+        return None if self.csv else self._readable(lambda: pq.ParquetFile(self.path).metadata.num_rows)
+
+    def schema(self) -> pa.Schema:
+        return self._readable(lambda: pacsv.open_csv(self.path).schema if self.csv else pq.read_schema(self.path))
+
+    def _readable(self, read):
+        try:
+            return read()
+        except (pa.ArrowInvalid, OSError) as e:
+            raise QuailError(f"input {self.name}: not a readable {'CSV' if self.csv else 'Parquet'} file: {e}") from None
+
+    def windows(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
+        """(first row number, table) for consecutive windows of `rows` rows; at least one, maybe empty."""
+        first, pending, held = 0, [], 0
+        try:
+            for batch in self._batches(rows):
+                pending.append(batch)
+                held += batch.num_rows
+                while held >= rows:
+                    table = pa.Table.from_batches(pending)
+                    yield first, table.slice(0, rows)
+                    first += rows
+                    rest = table.slice(rows)
+                    pending, held = rest.to_batches(), rest.num_rows
+            if held or first == 0:
+                yield first, pa.Table.from_batches(pending, schema=None if pending else self.schema())
+        except (pa.ArrowInvalid, OSError) as e:
+            raise QuailError(f"input {self.name}: not a readable {'CSV' if self.csv else 'Parquet'} file "
+                             f"(near row {first}): {e}") from None
+
+    def read_all(self) -> pa.Table:
+        return pa.concat_tables([t for _, t in self.windows(DEFAULT_WINDOW_ROWS)])
+
+
+class OutputSink:
+    """Windows of an output table into a temporary Parquet file beside `path`, which replaces `path`
+    on a clean exit and is removed on any error: a failed run leaves the old output whole."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+        if self.path.suffix.lower() == ".csv":
+            raise QuailError(f"--output {path}: outputs are Parquet files")
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def __enter__(self) -> "OutputSink":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        os.close(fd)
+        return self
+
+    def write(self, table: pa.Table) -> None:
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._tmp, table.schema)
+        elif not table.schema.equals(self._writer.schema):
+            table = table.cast(self._writer.schema)
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def __exit__(self, kind, error, tb) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if kind is None:
+                if self._writer is None:
+                    raise RuntimeError(f"no window was written to {self.path}")
+                os.replace(self._tmp, self.path)
+        finally:
+            Path(self._tmp).unlink(missing_ok=True)

@@ -13,6 +13,7 @@
 """
 
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from quail.errors import QuailError
-from quail.pipeline.tables import parse_table, read_table, write_table
+from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 
 
 @dataclass(frozen=True)
@@ -69,17 +70,44 @@ def object_path(uri: str, readable: bool = True):
 
 
 def read_source(source: str) -> pa.Table:
+    return pa.concat_tables([t for _, t in iter_source(source, DEFAULT_WINDOW_ROWS)])
+
+
+def iter_source(source: str, rows: int) -> Iterator[tuple[int, pa.Table]]:
+    """(first row number, table) for consecutive windows of at most `rows` rows; at least one."""
     where = parse_sql(source)
     if where is None:
         if not source.lower().endswith((".parquet", ".csv")):
             raise QuailError(f"source {source!r}: give a .parquet or .csv path or URI, or sql://CONN_ID/TABLE")
         path = object_path(source)
         if path is None:
-            return read_table(source)
+            yield from TableSource(source).windows(rows)
+            return
         if not path.is_file():
             raise QuailError(f"source {source!r}: no such object")
         with path.open("rb") as f:
-            return parse_table(pa.PythonFile(f, mode="r"), source)
+            yield from TableSource(pa.PythonFile(f, mode="r"), source).windows(rows)
+        return
+    yield from _sql_windows(source, where, rows)
+
+
+def source_rows(source: str) -> int | None:
+    """The source's row count when it is cheap to know: a local Parquet file or a SQL table."""
+    where = parse_sql(source)
+    if where is None:
+        return TableSource(source).num_rows() if object_path(source) is None else None
+    if where.table is None:
+        return None
+    try:
+        with sql_engine(where.conn_id).connect() as c:
+            table = sa.Table(where.table, sa.MetaData(), autoload_with=c)
+            return c.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+    except sa.exc.SQLAlchemyError:
+        return None  # reading it says what is wrong
+
+
+def _sql_windows(source: str, where: SqlLocation, rows: int) -> Iterator[tuple[int, pa.Table]]:
+    """A server-side cursor where the dialect has one, fetched `rows` at a time."""
     engine = sql_engine(where.conn_id)
     if where.table is not None:
         if not sa.inspect(engine).has_table(where.table):
@@ -87,13 +115,18 @@ def read_source(source: str) -> pa.Table:
         query = sa.select(sa.Table(where.table, sa.MetaData(), autoload_with=engine))
     else:
         query = sa.text(where.query)
+    first = 0
     try:
         with engine.connect() as c:
-            result = c.execute(query)
-            names, rows = list(result.keys()), result.fetchall()
+            result = c.execution_options(stream_results=True, yield_per=rows).execute(query)
+            names = list(result.keys())
+            for part in result.partitions(rows):
+                yield first, pa.table({n: pa.array([r[i] for r in part]) for i, n in enumerate(names)})
+                first += len(part)
     except sa.exc.SQLAlchemyError as e:
         raise QuailError(f"source {source!r}: {e.__class__.__name__}: {str(e).splitlines()[0]}") from None
-    return pa.table({n: pa.array([r[i] for r in rows]) for i, n in enumerate(names)}) if names else pa.table({})
+    if first == 0:
+        yield 0, pa.table({n: pa.array([], pa.null()) for n in names}) if names else pa.table({})
 
 
 def _sql_type(t: pa.DataType):
@@ -112,17 +145,28 @@ def _sql_type(t: pa.DataType):
     raise QuailError(f"a column of type {t} cannot be written to SQL")
 
 
-def _write_object(table: pa.Table, path) -> None:
+def _write_object(tables: Iterable[pa.Table], path) -> None:
     temp = path.parent / f".{path.name}.quail-{uuid.uuid4().hex[:8]}.tmp"
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with temp.open("wb") as f:
-            pq.write_table(table, f)
+            _write_parquet(tables, f)
         temp.replace(path)
     except BaseException:
         if temp.exists():
             temp.unlink()
         raise
+
+
+def _write_parquet(tables: Iterable[pa.Table], sink) -> None:
+    writer = None
+    for table in tables:
+        if writer is None:
+            writer = pq.ParquetWriter(sink, table.schema)
+        writer.write_table(table.cast(writer.schema))
+    if writer is None:
+        raise QuailError("an output needs at least one table, even an empty one")
+    writer.close()
 
 
 def target_location(target: str):
@@ -138,22 +182,33 @@ def target_location(target: str):
     return object_path(target) or Path(target)
 
 
-def write_target(table: pa.Table, target: str) -> None:
+def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
+    """Writes the tables, one after another (windows of one output), atomically to the target."""
+    if isinstance(tables, pa.Table):
+        tables = [tables]
     where = target_location(target)
     if isinstance(where, Path):
-        write_table(table, target)
+        with OutputSink(target) as sink:
+            for table in tables:
+                sink.write(table)
         return
     if not isinstance(where, SqlLocation):
-        _write_object(table, where)
+        _write_object(tables, where)
         return
     engine = sql_engine(where.conn_id)
     temp = f"{where.table}__quail_{uuid.uuid4().hex[:8]}"
-    staging = sa.Table(temp, sa.MetaData(), *[sa.Column(f.name, _sql_type(f.type)) for f in table.schema])
     quote = engine.dialect.identifier_preparer.quote
     with engine.begin() as c:  # one transaction: the swap is all or nothing
-        staging.create(c)
-        if table.num_rows:
-            c.execute(staging.insert(), table.to_pylist())
+        staging = None
+        for table in tables:
+            if staging is None:
+                columns = [sa.Column(f.name, _sql_type(f.type)) for f in table.schema]
+                staging = sa.Table(temp, sa.MetaData(), *columns)
+                staging.create(c)
+            if table.num_rows:
+                c.execute(staging.insert(), table.to_pylist())
+        if staging is None:
+            raise QuailError("an output needs at least one table, even an empty one")
         if sa.inspect(c).has_table(where.table):
             c.execute(sa.text(f"DROP TABLE {quote(where.table)}"))
         c.execute(sa.text(f"ALTER TABLE {quote(temp)} RENAME TO {quote(where.table)}"))

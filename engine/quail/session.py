@@ -62,12 +62,11 @@ class Session:
 
     def documents(self, texts: list[str], render, suffix: int, truncate: bool, rows: list[int] | None = None,
                   what: str = "row") -> Documents:
-        """Tokenizes texts; `suffix` is the longest question that follows a document in one prompt.
-        `rows` are the input row numbers that errors name (texts may skip rows)."""
+        """Tokenizes texts with `render` (texts -> token lists); `suffix` is the longest question that
+        follows a document in one prompt. `rows` are the input row numbers that errors name."""
         limit = self.context - suffix
         out = Documents([])
-        for i, text in zip(rows or range(len(texts)), texts):
-            tokens = render(text)
+        for i, tokens in zip(rows or range(len(texts)), render(texts)):
             if len(tokens) > limit:
                 if not truncate:
                     raise QuailError(
@@ -82,7 +81,7 @@ class Session:
     def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
                progress=None, rows=None) -> tuple[FilterResult, Stats]:
         questions = [self.layout.yes_no_question(p) for p in predicates]
-        docs = self.documents(texts, self.layout.document, max(map(len, questions)), truncate, rows)
+        docs = self.documents(texts, self.layout.documents, max(map(len, questions)), truncate, rows)
         result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
                                    _reuse(reuse), _retain(retain), progress)
         stats.rows_truncated = docs.truncated
@@ -92,7 +91,7 @@ class Session:
                  progress=None, rows=None) -> tuple[ClassifyResult, Stats]:
         q = self.layout.label_question(question or DEFAULT_QUESTION, labels)
         label_tokens = [self.layout.label(label) for label in labels]
-        docs = self.documents(texts, self.layout.document, len(q) + max(map(len, label_tokens)), truncate, rows)
+        docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
         result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, _reuse(reuse), _retain(retain),
                                      progress)
         stats.rows_truncated = docs.truncated
@@ -102,8 +101,8 @@ class Session:
              right_rows=None) -> tuple[JoinResult, Stats]:
         cond = self.layout.pair_question(condition)
         half = (self.context - len(cond)) // 2  # the context is split evenly between the two documents
-        partners = self.documents(right, self.layout.partner, self.context - half, truncate, right_rows, "right row")
-        anchors = self.documents(left, self.layout.document, half + len(cond), truncate, left_rows, "left row")
+        partners = self.documents(right, self.layout.partners, self.context - half, truncate, right_rows, "right row")
+        anchors = self.documents(left, self.layout.documents, half + len(cond), truncate, left_rows, "left row")
         result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers,
                                  _reuse(reuse), _retain(retain), progress)
         stats.rows_truncated = anchors.truncated + partners.truncated

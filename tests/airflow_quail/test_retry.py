@@ -122,3 +122,39 @@ def test_a_deferred_task_whose_input_changed_while_it_waited_writes_nothing(loca
     with pytest.raises(AirflowException, match="changed while its job ran"):
         op.execute_complete(_context(1), status)
     assert not os.path.exists(target)
+
+
+def test_a_task_whose_worker_died_resumes_from_the_first_unstaged_window(local_default, tmp_path, monkeypatch):
+    """Three windows; the worker is killed once the second is staged. The task fails; its retry
+    starts a new worker, computes only the third window there, and writes one whole output."""
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    from airflow_quail.staging import WindowStage
+
+    source, target = tmp_path / "news.csv", str(tmp_path / "out.parquet")
+    texts = [f"Match report {i}: the home side won." for i in range(12)]
+    _write_news(source, texts)
+    op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target, threshold=0.0,
+                           predicates=["Is this about sport?"], window_rows=4)
+    put, staged = WindowStage.put, []
+
+    def put_then_kill_the_worker(self, *args):
+        put(self, *args)
+        staged.append(args[0])
+        if len(staged) == 2:
+            [pid] = local_default.glob("*.pid")
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+
+    monkeypatch.setattr(WindowStage, "put", put_then_kill_the_worker)
+    with pytest.raises(AirflowException, match="no Quail worker answers"):
+        op.execute(_context(1))
+    assert not os.path.exists(target) and staged == [0, 1]
+    manifest = op.execute(_context(2))
+    [job] = QuailHook().get_conn().status()  # the new worker computed one window: the third
+    assert job["identity"]["window"] == 2 and job["rows"] == 4 and staged == [0, 1, 2]
+    out = pq.read_table(target)
+    assert out.column("text").to_pylist() == texts and manifest["rows_out"] == 12 and manifest["windows"] == 3
+    assert manifest["stats"]["tokens_computed"] + sum(manifest["stats"]["tokens_reused"].values()) \
+        == manifest["stats"]["tokens_naive"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # staging removed

@@ -1,40 +1,47 @@
-"""LLM filter, classify and join operators. Each reads its input, sends the documents and its plan
-entry to the worker, waits for the answers, and writes its output atomically. XCom gets only a
-small manifest: where the output is, row counts and the token accounting."""
+"""LLM filter, classify and join operators. Each reads its first input a window of rows at a time,
+sends each window's documents and its plan entry to the worker as one job, stages the window's
+output on disk, and once every window is in writes its output atomically from the staged windows;
+a retry after a crash resumes from the first window not staged. XCom gets only a small manifest:
+where the output is, row counts and the token accounting."""
 
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from pathlib import Path
 
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
 from airflow_quail.hooks.quail import QuailHook
-from airflow_quail.io import read_source, target_location, write_target
+from airflow_quail.io import iter_source, read_source, source_rows, target_location, write_target
 from airflow_quail.lineage import operator_lineage
+from airflow_quail.staging import WindowStage
 from quail.errors import QuailError
 from quail.executor.engine import Reuse
+from quail.executor.stats import Stats
+from quail.kinds import kind_of
 from quail.ops.prompts import DEFAULT_QUESTION
-from quail.pipeline.outputs import shape
+from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.tables import text_column
 from quail.planner.plan import OperatorPlan, plan
 from quail.planner.specs import OperatorSpec
 from quail.worker.jobs import Identity
-from quail.worker.protocol import documents_digest
+from quail.worker.protocol import documents_digest, submission_digest
 
 
 class _LLMOperator(BaseOperator):
     ui_color = "#f2e6c9"
 
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
-                 deferrable: bool = False, quail_plan: str = "", **kwargs):
+                 deferrable: bool = False, quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, **kwargs):
         super().__init__(**kwargs)
         self.target = target
         self.deferrable = deferrable
         self.quail_conn_id = quail_conn_id
         self.reuse = reuse
         self.quail_plan = quail_plan  # set by airflow_quail.planning.plan_quail_dag; shown in the UI
+        self.window_rows = window_rows
 
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError
@@ -47,33 +54,102 @@ class _LLMOperator(BaseOperator):
             return OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
         return plan([self.spec()])[self.task_id]
 
-    def _read(self) -> tuple[list, list]:
-        tables, docs = [], []
-        for source, column in self.inputs():
-            table = read_source(source)
-            tables.append(table)
-            docs.append(text_column(table, column, source, "fail"))
-        return tables, docs
+    def _windows(self):
+        """Per window of the first input: (number, its first row, the input tables, the documents,
+        whether it is the last). The other inputs (a join's right side) are read whole."""
+        if self.window_rows < 1:
+            raise QuailError(f"window_rows must be at least 1, got {self.window_rows}")
+        (source, column), *others = self.inputs()
+        whole = [read_source(s) for s, _ in others]
+        fixed = [text_column(t, c, s, "fail") for t, (s, c) in zip(whole, others)]
+        windows = iter_source(source, self.window_rows)
+        ahead, k = next(windows), 0
+        while ahead is not None:
+            (offset, table), ahead = ahead, next(windows, None)
+            yield k, offset, [table] + whole, [text_column(table, column, source, "fail", offset)] + fixed, ahead is None
+            k += 1
 
     def execute(self, context):
+        return self._run(context, None)
+
+    def execute_complete(self, context, event: dict, window: int = 0):
+        """Resumes after the trigger saw window `window`'s job end: stages it and goes on."""
+        return self._run(context, (window, event))
+
+    def _run(self, context, ended: tuple[int, dict] | None) -> dict:
+        """Computes the windows not staged yet, one job each, then writes the output from the staged
+        windows. `ended`: a window whose job a trigger saw end, with its status."""
         try:
-            target_location(self.target)
-            tables, docs = self._read()
+            where = target_location(self.target)
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
+            stage = WindowStage(self.target, where if isinstance(where, Path) else None, identity)
+            spec, op, reuse = self.spec(), self.plan_entry(), Reuse() if self.reuse else Reuse.none()
             client = QuailHook(self.quail_conn_id).get_conn()
-            reuse = Reuse() if self.reuse else Reuse.none()
-            job, attached = client.submit(identity, self.spec(), self.plan_entry(), reuse, docs)
+            total, started = source_rows(self.inputs()[0][0]), time.monotonic()
+            done, records = [], []
+            for k, offset, tables, docs, last in self._windows():
+                counted = sum(r["counted"] for r in records)
+                part = spec if spec.limit is None else replace(spec, limit=spec.limit - counted)
+                documents = documents_digest(docs)
+                digest = submission_digest(part, op, reuse, documents)
+                record = stage.done(k, digest)
+                if record is None and ended is not None and ended[0] == k:
+                    if ended[1]["documents"] != documents:
+                        raise QuailError(f"the input of {self.task_id} changed while its job ran; clear the task "
+                                         f"to compute the new input")
+                    record = self._stage(client, ended[1], stage, k, digest, part, offset, tables)
+                elif record is None:
+                    job, attached = client.submit(replace(identity, window=k), part, op, reuse, docs, last)
+                    self.job_id = job
+                    self.log.info("Quail job %s %s for window %d (rows from %d)", job,
+                                  "re-attached" if attached else "submitted", k, offset)
+                    if self.deferrable:
+                        from airflow_quail.triggers.quail import QuailJobTrigger
+
+                        self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id), method_name="execute_complete",
+                                   kwargs={"window": k})
+                    status = client.wait(job, on_progress=self._progress_log())
+                    record = self._stage(client, status, stage, k, digest, part, offset, tables)
+                else:
+                    self.log.info("window %d (rows from %d) was staged by an earlier try", k, offset)
+                done.append((k, digest))
+                records.append(record)
+                self._log_window(records, total, started)
+                if spec.limit is not None and sum(r["counted"] for r in records) >= spec.limit:
+                    break
+            write_target(stage.tables(done), self.target)
+            stage.clear()
         except QuailError as e:
             raise AirflowException(str(e)) from None
-        self.job_id = job
-        self.log.info("Quail job %s %s", job, "re-attached" if attached else "submitted")
-        if self.deferrable:
-            from airflow_quail.triggers.quail import QuailJobTrigger
+        stats = Stats.from_dict(records[0]["stats"])
+        for r in records[1:]:
+            stats.merge(Stats.from_dict(r["stats"]))
+        self.rows_out = sum(r["rows"] for r in records)
+        return {"target": self.target, "rows_in": sum(r["rows_in"] for r in records), "rows_out": self.rows_out,
+                "windows": len(records), "stats": stats.to_dict()}
 
-            self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id), method_name="execute_complete")
-        status = client.wait(job, on_progress=self._progress_log())
-        return self._finish(client, status, tables)
+    def _stage(self, client, status: dict, stage: WindowStage, k: int, digest: str, part: OperatorSpec,
+               offset: int, tables: list) -> dict:
+        if status["state"] != "done":
+            raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
+        kind = kind_of(part.kind)
+        answers = client.fetch(status["job"])
+        table = kind.shape(part, kind.in_window(answers, offset), tables, self.inputs()[0][0])
+        record = {"rows": table.num_rows, "rows_in": tables[0].num_rows, "counted": kind.counted_rows(answers),
+                  "stats": status["stats"]}
+        stage.put(k, digest, table, record)
+        return record
+
+    def _log_window(self, records: list[dict], total: int | None, started: float) -> None:
+        done = sum(r["rows_in"] for r in records)
+        if total:
+            elapsed = time.monotonic() - started
+            eta = elapsed / done * (total - done) if done else 0.0
+            self.log.info("%d of %d rows (%.0f%%), %d window(s); about %.0f s left", done, total,
+                          100 * done / total, len(records), eta)
+        else:
+            self.log.info("%d rows, %d window(s)", done, len(records))
 
     def _progress_log(self, every: float = 5.0):
         """Logs a job's progress when its state changes, and otherwise at most every `every` seconds."""
@@ -87,30 +163,6 @@ class _LLMOperator(BaseOperator):
                 last.update(state=s["state"], at=now)
 
         return log
-
-    def execute_complete(self, context, event: dict):
-        """Resumes after the trigger saw the job end: fetch the answers and write the output, if the
-        input still holds the documents the job computed on."""
-        try:
-            tables, docs = self._read()
-            if documents_digest(docs) != event["documents"]:
-                raise QuailError(f"the input of {self.task_id} changed while its job ran; clear the task to "
-                                 f"compute the new input")
-            return self._finish(QuailHook(self.quail_conn_id).get_conn(), event, tables)
-        except QuailError as e:
-            raise AirflowException(str(e)) from None
-
-    def _finish(self, client, status: dict, tables: list) -> dict:
-        if status["state"] != "done":
-            raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
-        try:
-            table = shape(self.spec(), client.fetch(status["job"]), tables, self.inputs()[0][0])
-            write_target(table, self.target)
-        except QuailError as e:
-            raise AirflowException(str(e)) from None
-        self.rows_out = table.num_rows
-        return {"target": self.target, "rows_in": tables[0].num_rows, "rows_out": table.num_rows,
-                "stats": status["stats"]}
 
     def get_openlineage_facets_on_start(self):
         return operator_lineage([source for source, _ in self.inputs()], self.target)

@@ -55,3 +55,8 @@ class Stats:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Stats":
+        return cls(**(d | {"steps": {k: StepStats(**v) for k, v in d["steps"].items()},
+                           "tokens_reused": dict(d["tokens_reused"])}))

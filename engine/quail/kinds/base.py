@@ -71,6 +71,14 @@ class OperatorKind:
         """Whether a document is asked more than one prompt: chain mode then has work to save."""
         return True
 
+    def in_window(self, answers: "pa.Table", offset: int) -> "pa.Table":
+        """Answers keyed by row number within the window that starts at row `offset` of the table."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        i = answers.schema.get_field_index(self.anchor)
+        return answers.set_column(i, self.anchor, pc.subtract(answers.column(i), pa.scalar(offset, pa.int64())))
+
     def counted_rows(self, answers: "pa.Table") -> int:
         """The rows of these answers that count toward a row limit."""
         return answers.num_rows

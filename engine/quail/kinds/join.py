@@ -66,7 +66,7 @@ class Join(OperatorKind):
         from quail.planner.prefix_tree import stem
 
         condition = layout.pair_question(spec.questions[0])
-        rendered = [layout.partner(t) + condition for t in partners]
+        rendered = [p + condition for p in layout.partners(partners)]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
                               stem=stem(rendered))
 

@@ -49,7 +49,10 @@ class PromptLayout:
         return sorted(ids)
 
     def document(self, text: str) -> list[int]:
-        return self.preamble + self.tok.encode(f"Document:\n{text}\n\n")
+        return self.documents([text])[0]
+
+    def documents(self, texts: list[str]) -> list[list[int]]:
+        return [self.preamble + ids for ids in self.tok.encode_batch([f"Document:\n{t}\n\n" for t in texts])]
 
     def yes_no_question(self, question: str) -> list[int]:
         return self.tok.encode(f"Question: {question}\nAnswer Yes or No.") + self.cue
@@ -64,7 +67,10 @@ class PromptLayout:
     def partner(self, text: str) -> list[int]:
         """A join's left row is rendered as a plain document, so its KV is shared with filters and
         classifications of the same table (KV retention); the right row follows as a second one."""
-        return self.tok.encode(f"Second document:\n{text}\n\n")
+        return self.partners([text])[0]
+
+    def partners(self, texts: list[str]) -> list[list[int]]:
+        return self.tok.encode_batch([f"Second document:\n{t}\n\n" for t in texts])
 
     def pair_question(self, condition: str) -> list[int]:
         return self.yes_no_question(f"Do the document and the second document satisfy this condition? {condition}")

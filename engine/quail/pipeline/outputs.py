@@ -1,11 +1,9 @@
-"""An operator's output table from its input tables and its answers (pipeline/compute.py)."""
+"""Answer columns placed beside the input rows they answer (the kinds' output shapes)."""
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.errors import QuailError
-from quail.kinds import kind_of
-from quail.planner.specs import OperatorSpec
 
 
 def _add_columns(table: pa.Table, columns: dict, source: str) -> pa.Table:
@@ -22,6 +20,3 @@ def scatter(answers: pa.Table, n: int, names: list[str], source: str, table: pa.
     position = pc.index_in(index, value_set=answers.column("row"))
     return _add_columns(table, {c: pc.take(answers.column(c), position) for c in names}, source)
 
-
-def shape(spec: OperatorSpec, answers: pa.Table, inputs: list[pa.Table], source: str) -> pa.Table:
-    return kind_of(spec.kind).shape(spec, answers, inputs, source)

@@ -11,9 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from quail.cost.observed import SelectivityStore
 from quail.executor.engine import Reuse
 from quail.executor.stats import Stats
@@ -82,7 +79,7 @@ class Runner:
             partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if kind.arity > 1 else []
             total = Prediction()
             for part in texts(table_of(s.inputs[0]), s.columns[0]):
-                t = kind.tokens(layout, s, [layout.document(x) for x in part], partners)
+                t = kind.tokens(layout, s, layout.documents(part), partners)
                 total.add(predict_operator(plan, s.name, t, session.engine.plan.page_size))
             out[s.name] = total
         return out
@@ -119,7 +116,7 @@ class Runner:
                 stats = s if stats is None else stats.merge(s)
                 if (observed := kind.observed(part, answers)) is not None:
                     seen = observed if seen is None else (seen[0] + observed[0], seen[1] + observed[1])
-                sink.write(kind.shape(part, _from_row(answers, kind.anchor, offset), [window] + whole, first.name))
+                sink.write(kind.shape(part, kind.in_window(answers, offset), [window] + whole, first.name))
                 counted += kind.counted_rows(answers)
                 if spec.limit is not None and counted >= spec.limit:
                     break
@@ -127,12 +124,6 @@ class Runner:
         if seen is not None:
             SelectivityStore().record(spec.fingerprint(), *seen)
         return sink.rows, stats
-
-
-def _from_row(answers: pa.Table, column: str, offset: int) -> pa.Table:
-    """Answers keyed by row number within the window that starts at row `offset`."""
-    i = answers.schema.get_field_index(column)
-    return answers.set_column(i, column, pc.subtract(answers.column(i), pa.scalar(offset, pa.int64())))
 
 
 def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> None:

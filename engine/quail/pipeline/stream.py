@@ -17,27 +17,33 @@ DEFAULT_WINDOW_ROWS = 8192
 
 
 class TableSource:
-    """A Parquet or CSV file, read in windows; `name` is what errors call it."""
+    """A Parquet or CSV file (a path, or an open binary file), read in windows; `name` is what errors
+    call it, and its suffix says which format."""
 
-    def __init__(self, path: str, name: str | None = None):
-        self.path = Path(path)
-        self.name = name or path
-        self.csv = self.path.suffix.lower() == ".csv"
-        if not self.path.is_file():
+    def __init__(self, source, name: str | None = None):
+        self.source = str(source) if isinstance(source, Path) else source
+        self.name = name or str(source)
+        self.csv = self.name.lower().endswith(".csv")
+        self._schema: pa.Schema | None = None
+        if isinstance(self.source, str) and not Path(self.source).is_file():
             raise QuailError(f"input {self.name}: no such file")
 
     def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
         if self.csv:  # types are inferred from the first block: 16 MB of rows
-            yield from pacsv.open_csv(self.path, read_options=pacsv.ReadOptions(block_size=1 << 24))
+            reader = pacsv.open_csv(self.source, read_options=pacsv.ReadOptions(block_size=1 << 24))
+            self._schema = reader.schema
+            yield from reader
         else:
-            yield from pq.ParquetFile(self.path).iter_batches(batch_size=rows)
+            file = pq.ParquetFile(self.source)
+            self._schema = file.schema_arrow
+            yield from file.iter_batches(batch_size=rows)
 
     def num_rows(self) -> int | None:
         """Known up front for Parquet; a CSV file's only once read."""
-        return None if self.csv else self._readable(lambda: pq.ParquetFile(self.path).metadata.num_rows)
+        return None if self.csv else self._readable(lambda: pq.ParquetFile(self.source).metadata.num_rows)
 
     def schema(self) -> pa.Schema:
-        return self._readable(lambda: pacsv.open_csv(self.path).schema if self.csv else pq.read_schema(self.path))
+        return self._readable(lambda: pacsv.open_csv(self.source).schema if self.csv else pq.read_schema(self.source))
 
     def _readable(self, read):
         try:
@@ -59,7 +65,7 @@ class TableSource:
                     rest = table.slice(rows)
                     pending, held = rest.to_batches(), rest.num_rows
             if held or first == 0:
-                yield first, pa.Table.from_batches(pending, schema=None if pending else self.schema())
+                yield first, pa.Table.from_batches(pending, schema=None if pending else self._schema)
         except (pa.ArrowInvalid, OSError) as e:
             raise QuailError(f"input {self.name}: not a readable {'CSV' if self.csv else 'Parquet'} file "
                              f"(near row {first}): {e}") from None

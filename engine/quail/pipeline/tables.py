@@ -1,31 +1,14 @@
-"""Reading input tables (Parquet, CSV) with checks that name the file, column or row at fault, and
-writing outputs atomically: a temporary file in the target's folder, then a rename."""
+"""Text columns with checks that name the source, column or row at fault, and whole tables written
+atomically: a temporary file in the target's folder, then a rename."""
 
 import os
 import tempfile
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from quail.errors import QuailError
-
-
-def read_table(path: str) -> pa.Table:
-    p = Path(path)
-    if not p.is_file():
-        raise QuailError(f"input {path}: no such file")
-    return parse_table(p, path)
-
-
-def parse_table(source, name: str) -> pa.Table:
-    """A CSV or Parquet table from a path or an open binary file, by `name`'s suffix."""
-    csv = name.lower().endswith(".csv")
-    try:
-        return pacsv.read_csv(source) if csv else pq.read_table(source)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise QuailError(f"input {name}: not a readable {'CSV' if csv else 'Parquet'} file: {e}")
 
 
 def text_column(table: pa.Table, column: str, source: str, on_null: str,

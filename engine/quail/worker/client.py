@@ -40,10 +40,10 @@ class WorkerClient:
         return json.loads(result.body.to_pybytes())
 
     def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
-               inputs: list[tuple[list[str], list[int]]]) -> tuple[str, bool]:
+               inputs: list[tuple[list[str], list[int]]], last: bool = True) -> tuple[str, bool]:
         """Returns the job id, and whether it attached to a job this identity submitted before."""
         table = documents_table(inputs)
-        descriptor = flight.FlightDescriptor.for_command(submit_command(identity, spec, op, reuse))
+        descriptor = flight.FlightDescriptor.for_command(submit_command(identity, spec, op, reuse, last))
         def put(options):
             writer, reader = self.client.do_put(descriptor, table.schema, options=options)
             with writer:

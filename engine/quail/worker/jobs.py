@@ -22,10 +22,11 @@ class Identity:
     task_id: str
     run_id: str
     map_index: int = -1
+    window: int = -1  # which window of the task's rows; -1: all of them
 
     @property
     def key(self) -> str:
-        return f"{self.dag_id}\x1f{self.run_id}\x1f{self.task_id}\x1f{self.map_index}"
+        return f"{self.dag_id}\x1f{self.run_id}\x1f{self.task_id}\x1f{self.map_index}\x1f{self.window}"
 
     @property
     def scope(self) -> str:
@@ -42,6 +43,7 @@ class Job:
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
+    last: bool = True  # the operator's last window: its retained KV consumers are then done
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0

@@ -1,7 +1,7 @@
 """What travels between operators and the worker over Arrow Flight: JSON commands and Arrow
 tables, never pickle.
 
-submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse}; the table has one
+submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse, last}; the table has one
 row per document: input (0, or 1 for a join's right side), row (the input row number), text.
 The worker answers with JSON {job, attached} in the put's metadata.
 
@@ -27,9 +27,10 @@ from quail.worker.jobs import Identity
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])
 
 
-def submit_command(identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse) -> bytes:
+def submit_command(identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, last: bool = True) -> bytes:
+    """`last`: no later window of this operator follows, so KV kept for it can go after this job."""
     return json.dumps({"identity": asdict(identity), "spec": spec.to_dict(), "plan": asdict(op),
-                       "reuse": asdict(reuse)}).encode()
+                       "reuse": asdict(reuse), "last": last}).encode()
 
 
 def _canonical(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse) -> bytes:
@@ -46,23 +47,29 @@ def documents_digest(inputs: list[tuple[list[str], list[int]]]) -> str:
     return h.hexdigest()
 
 
+def submission_digest(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, documents: str) -> str:
+    """What a submission asks, whoever computes it: the task's key for a window it staged."""
+    return hashlib.sha256(_canonical(spec, op, reuse) + b"\x1f" + documents.encode()).hexdigest()
+
+
 def content_digest(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, model: str, documents: str) -> str:
-    h = hashlib.sha256(_canonical(spec, op, reuse))
-    h.update(b"\x1f" + model.encode() + b"\x1f" + documents.encode())
-    return h.hexdigest()
+    return hashlib.sha256(f"{submission_digest(spec, op, reuse, documents)}\x1f{model}".encode()).hexdigest()
 
 
-def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse]:
+def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse, bool]:
     try:
         doc = json.loads(command)
         identity, spec = Identity(**doc["identity"]), OperatorSpec.from_dict(doc["spec"])
         op, reuse = OperatorPlan.from_dict(doc["plan"]), Reuse(**doc["reuse"])
+        last = doc.get("last", True)
+        if not isinstance(last, bool):
+            raise TypeError(f"last must be true or false, got {last!r}")
     except (ValueError, KeyError, TypeError) as e:
         raise QuailError(f"a malformed job submission: {e}") from None
     if spec.kind not in KINDS:
         raise QuailError(f"a job submission: kind {spec.kind!r} is not one of {', '.join(KINDS)}")
     KINDS[spec.kind].validate(spec, f"a job submission, operator {spec.name!r}")
-    return identity, spec, op, reuse
+    return identity, spec, op, reuse, last
 
 
 def documents_table(inputs: list[tuple[list[str], list[int]]]) -> pa.Table:

@@ -132,9 +132,13 @@ def test_a_task_whose_worker_died_resumes_from_the_first_unstaged_window(local_d
 
     from airflow_quail.staging import WindowStage
 
-    source, target = tmp_path / "news.csv", str(tmp_path / "out.parquet")
+    import pyarrow as pa
+
+    from quail.cli.main import _whole_table
+
+    source, target = tmp_path / "news.parquet", str(tmp_path / "out.parquet")
     texts = [f"Match report {i}: the home side won." for i in range(12)]
-    _write_news(source, texts)
+    pq.write_table(pa.table({"id": list(range(12)), "text": texts}), source)
     op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target, threshold=0.0,
                            predicates=["Is this about sport?"], window_rows=4)
     put, staged = WindowStage.put, []
@@ -153,6 +157,8 @@ def test_a_task_whose_worker_died_resumes_from_the_first_unstaged_window(local_d
     manifest = op.execute(_context(2))
     [job] = QuailHook().get_conn().status()  # the new worker computed one window: the third
     assert job["identity"]["window"] == 2 and job["rows"] == 4 and staged == [0, 1, 2]
+    assert (job["first_row"], job["table_rows"]) == (8, 12)  # where it stands in the whole table
+    assert "table: 12/12 rows (100%)" in _whole_table(job)
     out = pq.read_table(target)
     assert out.column("text").to_pylist() == texts and manifest["rows_out"] == 12 and manifest["windows"] == 3
     assert manifest["stats"]["tokens_computed"] + sum(manifest["stats"]["tokens_reused"].values()) \

@@ -26,7 +26,7 @@ from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.tables import text_column
 from quail.planner.plan import OperatorPlan, plan
 from quail.planner.specs import OperatorSpec
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Identity, Window
 from quail.worker.protocol import documents_digest, submission_digest
 
 
@@ -100,7 +100,8 @@ class _LLMOperator(BaseOperator):
                                          f"to compute the new input")
                     record = self._stage(client, ended[1], stage, k, digest, part, offset, tables)
                 elif record is None:
-                    job, attached = client.submit(replace(identity, window=k), part, op, reuse, docs, last)
+                    window = Window(offset, total, last)
+                    job, attached = client.submit(replace(identity, window=k), part, op, reuse, docs, window)
                     self.job_id = job
                     self.log.info("Quail job %s %s for window %d (rows from %d)", job,
                                   "re-attached" if attached else "submitted", k, offset)

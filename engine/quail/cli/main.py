@@ -99,6 +99,15 @@ def _models(args) -> None:
     pull(args.name)
 
 
+def _whole_table(job: dict) -> str:
+    """Where a window's job stands in its operator's whole table."""
+    if job["table_rows"] is None:
+        return ""
+    done = job["first_row"] + job["rows_done"]
+    eta = f", about {job['eta_seconds']:,.0f} s left" if job["eta_seconds"] is not None else ""
+    return f"  table: {done:,}/{job['table_rows']:,} rows ({100 * done / max(job['table_rows'], 1):.0f}%){eta}"
+
+
 def _worker(args) -> None:
     location = f"grpc+unix://{Path(args.socket).resolve()}" if args.socket else f"grpc://{args.host}:{args.port}"
     if args.action == "status":
@@ -109,6 +118,7 @@ def _worker(args) -> None:
             print(f"{job['job'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
                   f"{job['identity']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "
                   f"{job['tokens_per_second']:,.0f} tok/s  computed {stats.get('tokens_computed', job['tokens_computed']):,}"
+                  + _whole_table(job)
                   + (f"  error: {job['error']}" if job["error"] else ""))
         return
     import signal

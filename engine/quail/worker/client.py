@@ -11,7 +11,7 @@ from quail.errors import QuailError
 from quail.executor.engine import Reuse
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
-from quail.worker.jobs import ENDED, Identity
+from quail.worker.jobs import ENDED, Identity, Window
 from quail.worker.protocol import documents_table, submit_command
 
 
@@ -40,10 +40,10 @@ class WorkerClient:
         return json.loads(result.body.to_pybytes())
 
     def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
-               inputs: list[tuple[list[str], list[int]]], last: bool = True) -> tuple[str, bool]:
+               inputs: list[tuple[list[str], list[int]]], window: Window = Window()) -> tuple[str, bool]:
         """Returns the job id, and whether it attached to a job this identity submitted before."""
         table = documents_table(inputs)
-        descriptor = flight.FlightDescriptor.for_command(submit_command(identity, spec, op, reuse, last))
+        descriptor = flight.FlightDescriptor.for_command(submit_command(identity, spec, op, reuse, window))
         def put(options):
             writer, reader = self.client.do_put(descriptor, table.schema, options=options)
             with writer:

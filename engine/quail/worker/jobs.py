@@ -34,6 +34,15 @@ class Identity:
         return f"{self.dag_id}\x1f{self.run_id}\x1f"
 
 
+@dataclass(frozen=True)
+class Window:
+    """Where a job's rows sit in the operator's table, for progress over the whole table."""
+
+    first_row: int = 0
+    table_rows: int | None = None  # None: not known up front (a CSV file, a query)
+    last: bool = True  # the operator's last window: KV kept for it can go after this job
+
+
 @dataclass
 class Job:
     identity: Identity
@@ -43,7 +52,7 @@ class Job:
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
-    last: bool = True  # the operator's last window: its retained KV consumers are then done
+    window: Window = Window()
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
@@ -66,9 +75,13 @@ class Job:
 
     def status(self) -> dict:
         running = (self.finished or time.time()) - self.started if self.started else 0.0
+        rate = self.rows_done / running if running else 0.0
+        left = None if self.window.table_rows is None else self.window.table_rows - self.window.first_row - self.rows_done
         return {"job": self.id, "identity": asdict(self.identity), "operator": self.spec.name, "kind": self.spec.kind,
                 "content": self.content, "documents": self.documents,
                 "state": self.state, "rows": self.rows, "rows_done": self.rows_done,
                 "tokens_computed": self.tokens_computed,
                 "tokens_per_second": self.tokens_computed / running if running else 0.0,
+                "first_row": self.window.first_row, "table_rows": self.window.table_rows,
+                "eta_seconds": left / rate if left is not None and rate else None,
                 "stats": self.stats, "error": self.error}

@@ -1,7 +1,7 @@
 """What travels between operators and the worker over Arrow Flight: JSON commands and Arrow
 tables, never pickle.
 
-submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse, last}; the table has one
+submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse, window}; the table has one
 row per document: input (0, or 1 for a join's right side), row (the input row number), text.
 The worker answers with JSON {job, attached} in the put's metadata.
 
@@ -22,15 +22,15 @@ from quail.executor.engine import Reuse
 from quail.kinds import KINDS
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Identity, Window
 
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])
 
 
-def submit_command(identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, last: bool = True) -> bytes:
-    """`last`: no later window of this operator follows, so KV kept for it can go after this job."""
+def submit_command(identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
+                   window: Window = Window()) -> bytes:
     return json.dumps({"identity": asdict(identity), "spec": spec.to_dict(), "plan": asdict(op),
-                       "reuse": asdict(reuse), "last": last}).encode()
+                       "reuse": asdict(reuse), "window": asdict(window)}).encode()
 
 
 def _canonical(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse) -> bytes:
@@ -56,20 +56,22 @@ def content_digest(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, model: st
     return hashlib.sha256(f"{submission_digest(spec, op, reuse, documents)}\x1f{model}".encode()).hexdigest()
 
 
-def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse, bool]:
+def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse, Window]:
     try:
         doc = json.loads(command)
         identity, spec = Identity(**doc["identity"]), OperatorSpec.from_dict(doc["spec"])
         op, reuse = OperatorPlan.from_dict(doc["plan"]), Reuse(**doc["reuse"])
-        last = doc.get("last", True)
-        if not isinstance(last, bool):
-            raise TypeError(f"last must be true or false, got {last!r}")
+        window = Window(**doc.get("window", {}))
+        if not (isinstance(window.last, bool) and isinstance(window.first_row, int) and window.first_row >= 0
+                and (window.table_rows is None or isinstance(window.table_rows, int))):
+            raise TypeError(f"window {doc['window']!r}: first_row a row number, table_rows a count or null, "
+                            f"last true or false")
     except (ValueError, KeyError, TypeError) as e:
         raise QuailError(f"a malformed job submission: {e}") from None
     if spec.kind not in KINDS:
         raise QuailError(f"a job submission: kind {spec.kind!r} is not one of {', '.join(KINDS)}")
     KINDS[spec.kind].validate(spec, f"a job submission, operator {spec.name!r}")
-    return identity, spec, op, reuse, last
+    return identity, spec, op, reuse, window
 
 
 def documents_table(inputs: list[tuple[list[str], list[int]]]) -> pa.Table:

@@ -93,7 +93,7 @@ class Worker(flight.FlightServerBase):
     def do_put(self, context, descriptor, reader, writer):
         self.last_call = time.time()
         try:
-            identity, spec, op, reuse, last = parse_submit(descriptor.command)
+            identity, spec, op, reuse, window = parse_submit(descriptor.command)
             inputs = split_documents(reader.read_all(), KINDS[spec.kind].arity)
         except QuailError as e:
             raise flight.FlightServerError(str(e))
@@ -109,7 +109,7 @@ class Worker(flight.FlightServerBase):
             else:
                 if existing is not None:  # stale: the task's input or its operator changed since
                     self._cancel(existing)
-                job = Job(identity, spec, op, reuse, inputs, content, documents, last)
+                job = Job(identity, spec, op, reuse, inputs, content, documents, window)
                 self.jobs[job.id] = job
                 self.by_identity[identity.key] = job.id
                 self.runners.submit(self._run, job)
@@ -183,6 +183,6 @@ class Worker(flight.FlightServerBase):
         except Exception as e:  # an engine bug: report it to the task instead of killing the worker
             job.error, job.state = f"{type(e).__name__}: {e}", "failed"
         finally:
-            if job.last:
+            if job.window.last:
                 self.session.engine.consumed(job.identity.scope + job.spec.name)
             job.finished = time.time()

@@ -7,7 +7,7 @@ where the output is, row counts and the token accounting."""
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from airflow.exceptions import AirflowException
@@ -26,8 +26,21 @@ from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.tables import text_column
 from quail.planner.plan import OperatorPlan, plan
 from quail.planner.specs import OperatorSpec
+from quail.worker.client import WorkerClient
 from quail.worker.jobs import Identity, Window
 from quail.worker.protocol import documents_digest, submission_digest
+
+
+@dataclass
+class _TaskRun:
+    """What one try of a task works with."""
+
+    identity: Identity
+    stage: WindowStage
+    client: WorkerClient
+    op: OperatorPlan
+    reuse: Reuse
+    total_rows: int | None  # None: not known before reading it all
 
 
 class _LLMOperator(BaseOperator):
@@ -83,44 +96,33 @@ class _LLMOperator(BaseOperator):
             where = target_location(self.target)
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
-            stage = WindowStage(self.target, where if isinstance(where, Path) else None, identity)
-            spec, op, reuse = self.spec(), self.plan_entry(), Reuse() if self.reuse else Reuse.none()
-            client = QuailHook(self.quail_conn_id).get_conn()
-            total, started = source_rows(self.inputs()[0][0]), time.monotonic()
-            done, records = [], []
+            run = _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
+                           QuailHook(self.quail_conn_id).get_conn(), self.plan_entry(),
+                           Reuse() if self.reuse else Reuse.none(), source_rows(self.inputs()[0][0]))
+            spec, started, done, records = self.spec(), time.monotonic(), [], []
             for k, offset, tables, docs, last in self._windows():
                 counted = sum(r["counted"] for r in records)
                 part = spec if spec.limit is None else replace(spec, limit=spec.limit - counted)
                 documents = documents_digest(docs)
-                digest = submission_digest(part, op, reuse, documents)
-                record = stage.done(k, digest)
-                if record is None and ended is not None and ended[0] == k:
+                digest = submission_digest(part, run.op, run.reuse, documents)
+                record = run.stage.done(k, digest)
+                if record is not None:
+                    self.log.info("window %d (rows from %d) was staged by an earlier try", k, offset)
+                elif ended is not None and ended[0] == k:
                     if ended[1]["documents"] != documents:
                         raise QuailError(f"the input of {self.task_id} changed while its job ran; clear the task "
                                          f"to compute the new input")
-                    record = self._stage(client, ended[1], stage, k, digest, part, offset, tables)
-                elif record is None:
-                    window = Window(offset, total, last)
-                    job, attached = client.submit(replace(identity, window=k), part, op, reuse, docs, window)
-                    self.job_id = job
-                    self.log.info("Quail job %s %s for window %d (rows from %d)", job,
-                                  "re-attached" if attached else "submitted", k, offset)
-                    if self.deferrable:
-                        from airflow_quail.triggers.quail import QuailJobTrigger
-
-                        self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id), method_name="execute_complete",
-                                   kwargs={"window": k})
-                    status = client.wait(job, on_progress=self._progress_log())
-                    record = self._stage(client, status, stage, k, digest, part, offset, tables)
+                    record = self._stage(run, ended[1], k, digest, part, offset, tables)
                 else:
-                    self.log.info("window %d (rows from %d) was staged by an earlier try", k, offset)
+                    status = self._compute(run, k, part, docs, Window(offset, run.total_rows, last))
+                    record = self._stage(run, status, k, digest, part, offset, tables)
                 done.append((k, digest))
                 records.append(record)
-                self._log_window(records, total, started)
-                if spec.limit is not None and sum(r["counted"] for r in records) >= spec.limit:
+                self._log_window(records, run.total_rows, started)
+                if spec.limit is not None and counted + record["counted"] >= spec.limit:
                     break
-            write_target(stage.tables(done), self.target)
-            stage.clear()
+            write_target(run.stage.tables(done), self.target)
+            run.stage.clear()
         except QuailError as e:
             raise AirflowException(str(e)) from None
         stats = Stats.from_dict(records[0]["stats"])
@@ -130,16 +132,29 @@ class _LLMOperator(BaseOperator):
         return {"target": self.target, "rows_in": sum(r["rows_in"] for r in records), "rows_out": self.rows_out,
                 "windows": len(records), "stats": stats.to_dict()}
 
-    def _stage(self, client, status: dict, stage: WindowStage, k: int, digest: str, part: OperatorSpec,
-               offset: int, tables: list) -> dict:
+    def _compute(self, run: "_TaskRun", k: int, part: OperatorSpec, docs, window: Window) -> dict:
+        """Window k's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""
+        job, attached = run.client.submit(replace(run.identity, window=k), part, run.op, run.reuse, docs, window)
+        self.job_id = job
+        self.log.info("Quail job %s %s for window %d (rows from %d)", job, "re-attached" if attached else "submitted",
+                      k, window.first_row)
+        if self.deferrable:
+            from airflow_quail.triggers.quail import QuailJobTrigger
+
+            self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id), method_name="execute_complete",
+                       kwargs={"window": k})
+        return run.client.wait(job, on_progress=self._progress_log())
+
+    def _stage(self, run: "_TaskRun", status: dict, k: int, digest: str, part: OperatorSpec, offset: int,
+               tables: list) -> dict:
         if status["state"] != "done":
             raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
         kind = kind_of(part.kind)
-        answers = client.fetch(status["job"])
+        answers = run.client.fetch(status["job"])
         table = kind.shape(part, kind.in_window(answers, offset), tables, self.inputs()[0][0])
         record = {"rows": table.num_rows, "rows_in": tables[0].num_rows, "counted": kind.counted_rows(answers),
                   "stats": status["stats"]}
-        stage.put(k, digest, table, record)
+        run.stage.put(k, digest, table, record)
         return record
 
     def _log_window(self, records: list[dict], total: int | None, started: float) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow.csv as pacsv
 
-from quail.executor.engine import Reuse
 from quail.planner.plan import plan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.client import WorkerClient
 from quail.worker.jobs import Identity

@@ -31,7 +31,7 @@ from typing import Callable, Iterator
 import torch
 
 from documents import PREDICATES, reference_documents
-from quail.executor.retention_pool import Retain
+from quail.reuse import Retain
 from quail.ops.answers import p_yes
 from quail.session import Session
 from systems import LlamaCpp, Question, Stage, Transformers, decide, transformers_model

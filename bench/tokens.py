@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from baselines import lru_block_cache, trie_nodes
-from quail.executor.engine import PhysicalPlan, Reuse
-from quail.executor.retention_pool import Retain
+from quail.executor.engine import PhysicalPlan
+from quail.reuse import Reuse
+from quail.reuse import Retain
 from quail.executor import scheduler
 from quail.model.loader import load_model
 from quail.session import Session

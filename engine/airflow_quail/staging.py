@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quail.paths import home
-from quail.pipeline.tables import write_table
+from quail.pipeline.stream import OutputSink
 from quail.worker.jobs import Identity
 
 
@@ -45,7 +45,8 @@ class WindowStage:
         for stale in self.folder.glob(f"window-{k:06d}-*"):
             stale.unlink()
         path, sidecar = self._files(k, digest)
-        write_table(table, str(path))
+        with OutputSink(str(path)) as sink:
+            sink.write(table)
         sidecar.write_text(json.dumps(record))  # written last: a window is done once both are there
 
     def tables(self, windows: list[tuple[int, str]]) -> Iterator[pa.Table]:

@@ -6,9 +6,9 @@
 
 from dataclasses import dataclass
 
+from quail.constants import DEFAULT_MAX_BATCH_TOKENS
 from quail.errors import QuailError
-from quail.executor.engine import Engine, PhysicalPlan, Reuse
-from quail.executor.retention_pool import Retain
+from quail.executor.engine import Engine, PhysicalPlan
 from quail.executor.stats import Stats
 from quail.model.loader import LoadedModel, load_model
 from quail.model.registry import DEFAULT_MODEL
@@ -16,6 +16,7 @@ from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import DEFAULT_QUESTION, PromptLayout
+from quail.reuse import Retain, Reuse
 
 
 def _reuse(reuse: bool | Reuse) -> Reuse:
@@ -48,7 +49,7 @@ class Session:
 
     @classmethod
     def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
-             max_batch_tokens: int = 2048, memory_budget: int | None = None) -> "Session":
+             max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, memory_budget: int | None = None) -> "Session":
         if arena_pages is not None and arena_pages < 1:
             raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")
         if max_batch_tokens < 16:

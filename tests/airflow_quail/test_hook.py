@@ -5,9 +5,9 @@ import signal
 import time
 
 from airflow_quail.hooks.quail import QuailHook
-from quail.executor.engine import Reuse
 from quail.planner.plan import plan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 from quail.worker.jobs import Identity
 
 TEXTS = ["The striker scored twice.", "Rates rose again.", "The keeper saved a penalty."]

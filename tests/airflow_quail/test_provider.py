@@ -71,3 +71,13 @@ def test_the_trigger_serializes_to_itself():
     module, name = path.rsplit(".", 1)
     again = getattr(importlib.import_module(module), name)(**kwargs)
     assert again.serialize() == (path, kwargs) and kwargs["job_id"] == "job-1"
+
+
+def test_parsing_a_dag_imports_no_torch():
+    """The dag-processor and every task process import the provider: the operators, hook, trigger
+    and planning name the engine's types without loading the engine."""
+    code = ("import sys, airflow_quail.operators, airflow_quail.hooks.quail, airflow_quail.triggers.quail, "
+            "airflow_quail.planning; print(sorted(m for m in ('torch', 'quail.executor.engine', 'quail.kv') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

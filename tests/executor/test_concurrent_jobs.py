@@ -6,8 +6,9 @@ import threading
 import numpy as np
 import pytest
 
-from quail.executor.engine import Engine, PhysicalPlan, Reuse
-from quail.executor.retention_pool import Retain
+from quail.executor.engine import Engine, PhysicalPlan
+from quail.reuse import Reuse
+from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.ops.classify import run_classify

@@ -2,9 +2,10 @@
 
 import numpy as np
 
-from quail.executor.engine import Engine, PhysicalPlan, Reuse
+from quail.executor.engine import Engine, PhysicalPlan
 from quail.ops.filter import run_filter
 from quail.ops.prompts import AnswerTokens
+from quail.reuse import Reuse
 
 ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
 NO_SHARING = Reuse(sharing=False)
@@ -77,7 +78,7 @@ def test_a_row_limit_switches_sharing_off(tiny_llama):
 def test_a_child_that_claims_retained_kv_takes_no_hold(tiny_llama):
     """The child's whole document is retained, so it starts before its parent writes the shared
     pages; the parent must not then make it a hold that nobody releases."""
-    from quail.executor.retention_pool import Retain
+    from quail.reuse import Retain
 
     engine = Engine(tiny_llama, PhysicalPlan(arena_pages=128, max_batch_tokens=256))
     trace = _trace(90, seed=6)

@@ -7,12 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
-from quail.executor.engine import Engine, PhysicalPlan, Reuse
-from quail.executor.retention_pool import Retain
+from quail.executor.engine import Engine, PhysicalPlan
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
 from quail.ops.prompts import AnswerTokens
+from quail.reuse import Retain, Reuse
 
 ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
 LABELS = [[20], [20, 21], [30, 31, 32]]

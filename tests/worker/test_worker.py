@@ -4,10 +4,11 @@ DAG run, isolation between runs, and the token."""
 import pytest
 
 from quail.errors import QuailError
-from quail.executor.engine import PhysicalPlan, Reuse
+from quail.executor.engine import PhysicalPlan
 from quail.pipeline.compute import compute
 from quail.planner.plan import plan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.client import WorkerClient
 from quail.worker.jobs import Identity

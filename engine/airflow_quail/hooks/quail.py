@@ -4,6 +4,7 @@ started on demand when the connection has no host (the embedded default)."""
 from airflow.exceptions import AirflowNotFoundException
 from airflow.sdk import BaseHook
 
+from quail.constants import DEFAULT_PORT
 from quail.model.registry import DEFAULT_MODEL
 from quail.worker.client import WorkerClient
 from quail.worker.local import ensure_local_worker
@@ -31,7 +32,7 @@ class QuailHook(BaseHook):
     def get_conn(self) -> WorkerClient:
         host, port, token, extra = self._settings()
         if host:
-            location = host if "://" in host else f"grpc://{host}:{port or 8815}"
+            location = host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"
             return WorkerClient(location, token or None)
         location = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
                                        extra.get("arena_pages"))

@@ -18,7 +18,6 @@ from airflow_quail.io import iter_source, read_source, source_rows, target_locat
 from airflow_quail.lineage import operator_lineage
 from airflow_quail.staging import WindowStage
 from quail.errors import QuailError
-from quail.executor.engine import Reuse
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.ops.prompts import DEFAULT_QUESTION
@@ -26,6 +25,7 @@ from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.tables import text_column
 from quail.planner.plan import OperatorPlan, plan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 from quail.worker.client import WorkerClient
 from quail.worker.jobs import Identity, Window
 from quail.worker.protocol import documents_digest, submission_digest

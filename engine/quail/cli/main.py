@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from quail.cli.progress import Progress
+from quail.constants import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PORT
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
@@ -25,7 +26,8 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="auto: bfloat16 on a GPU or an AMX CPU, float32 on other CPUs (faster there)")
     p.add_argument("--arena-pages", type=int, help="KV arena size in 16-token pages (default: 1 GiB of KV)")
-    p.add_argument("--max-batch-tokens", type=int, default=2048, help="most tokens in one forward pass")
+    p.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+                   help="most tokens in one forward pass")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-reuse", action="store_true", help="compute every prompt from scratch (for checks)")
     p.add_argument("--no-rewind", action="store_true", help="switch chain mode (KV rewind) off")
@@ -57,13 +59,13 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("action", choices=["serve", "status"])
     w.add_argument("--model", default=DEFAULT_MODEL)
     w.add_argument("--host", default="127.0.0.1", help="listen here (loopback unless --token is given)")
-    w.add_argument("--port", type=int, default=8815)
+    w.add_argument("--port", type=int, default=DEFAULT_PORT)
     w.add_argument("--socket", help="listen on (or, for status, talk to) this Unix socket instead")
     w.add_argument("--token", default=os.environ.get("QUAIL_WORKER_TOKEN"),
                    help="bearer token clients must send (default: $QUAIL_WORKER_TOKEN)")
     w.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     w.add_argument("--arena-pages", type=int)
-    w.add_argument("--max-batch-tokens", type=int, default=2048)
+    w.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS)
     w.add_argument("--threads", type=int)
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
@@ -158,10 +160,10 @@ def run(argv=None) -> int:
     import torch
 
     from quail.cost.observed import SelectivityStore
-    from quail.executor.engine import Reuse
     from quail.pipeline.explain import describe_plan, describe_run
     from quail.pipeline.runner import Runner
     from quail.planner.plan import plan as make_plan
+    from quail.reuse import Reuse
     from quail.session import Session
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)

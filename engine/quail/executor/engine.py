@@ -4,18 +4,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from quail.constants import DEFAULT_MAX_BATCH_TOKENS, PAGE_SIZE
 from quail.cost import retention
 from quail.cost.model import CostModel
 from quail.executor.calibration import calibrated
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.model_runner import ModelRunner
-from quail.executor.retention_pool import RetentionPool
 from quail.executor.program import Program
+from quail.executor.retention_pool import RetentionPool
 from quail.executor.scheduler import Scheduler
 from quail.executor.stats import Stats
-from quail.kv import PAGE_SIZE, KVArena, PageArena
+from quail.kv import KVArena, PageArena
 from quail.model.llama import LlamaModel
 from quail.planner.prefix_tree import PrefixTree
+from quail.reuse import Reuse
 
 DEFAULT_CPU_BUDGET = 1 << 30  # bytes of KV when neither --arena-pages nor a budget is given
 
@@ -25,30 +27,17 @@ class PhysicalPlan:
     """The physical plan settings: how big the arena is and how much one forward pass may take."""
 
     arena_pages: int
-    max_batch_tokens: int = 2048
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     page_size: int = PAGE_SIZE
 
     @classmethod
-    def for_model(cls, model: LlamaModel, arena_pages=None, memory_budget=None, max_batch_tokens=2048):
+    def for_model(cls, model: LlamaModel, arena_pages=None, memory_budget=None,
+                  max_batch_tokens=DEFAULT_MAX_BATCH_TOKENS):
         if arena_pages is None:
             cfg = model.cfg
             page = KVArena.page_bytes(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype)
             arena_pages = max(1, (memory_budget or DEFAULT_CPU_BUDGET) // page)
         return cls(arena_pages=arena_pages, max_batch_tokens=max_batch_tokens)
-
-
-@dataclass(frozen=True)
-class Reuse:
-    """Each mechanism can be switched off on its own, for checks; answers never depend on them."""
-
-    rewind: bool = True
-    sharing: bool = True
-    retention: bool = True
-    borrowing: bool = True
-
-    @classmethod
-    def none(cls) -> "Reuse":
-        return cls(False, False, False, False)
 
 
 class Engine:

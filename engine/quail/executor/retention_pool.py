@@ -14,19 +14,11 @@ from quail.cost import retention
 from quail.cost.model import CostModel
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.sequence import Seq
+from quail.reuse import Retain
 
 
 def document_key(tokens: list[int]) -> str:
     return hashlib.sha1(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
-
-
-@dataclass(frozen=True)
-class Retain:
-    """What an operator keeps of its documents' KV, for whom, and how likely they read it."""
-
-    consumers: frozenset[str] | None = None  # later operators that may claim it; None: until cleared
-    passed: float = 1.0  # probability of reuse of a kept document (for a filter: one that passed)
-    failed: float = 0.0  # a filter's failing documents: kept only when a consumer reads the filter's input
 
 
 @dataclass

@@ -11,11 +11,10 @@ from quail.planner.specs import OperatorSpec
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from quail.executor.engine import Reuse
-    from quail.executor.retention_pool import Retain
     from quail.executor.stats import Stats
     from quail.ops.prompts import PromptLayout
     from quail.planner.predict import OperatorTokens
+    from quail.reuse import Retain, Reuse
     from quail.session import Session
 
 Inputs = list[tuple[list[str], list[int]]]  # per input: its texts and their row numbers

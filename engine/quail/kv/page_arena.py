@@ -2,7 +2,7 @@
 
 import numpy as np
 
-PAGE_SIZE = 16
+from quail.constants import PAGE_SIZE
 
 
 class PageError(RuntimeError):

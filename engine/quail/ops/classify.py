@@ -3,8 +3,9 @@ rewound document+question state, so labels sharing a first token are told apart 
 
 from dataclasses import dataclass, field
 
-from quail.executor.engine import Engine, Reuse
-from quail.executor.retention_pool import Retain
+from quail.executor.engine import Engine
+from quail.reuse import Reuse
+from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats

@@ -7,8 +7,9 @@ the document's KV when it fails or nothing later needs it.
 
 from dataclasses import dataclass, field
 
-from quail.executor.engine import Engine, Reuse
-from quail.executor.retention_pool import Retain
+from quail.executor.engine import Engine
+from quail.reuse import Reuse
+from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats

@@ -3,12 +3,11 @@ the output table (outputs.py) needs the input tables and happens where they are.
 
 import pyarrow as pa
 
-from quail.executor.engine import Reuse
-from quail.executor.retention_pool import Retain
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Retain, Reuse
 from quail.session import Session
 
 

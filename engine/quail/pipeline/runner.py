@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quail.cost.observed import SelectivityStore
-from quail.executor.engine import Reuse
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.pipeline.compute import compute
@@ -22,6 +21,7 @@ from quail.pipeline.tables import text_column
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction, predict_operator
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 from quail.session import Session
 
 

@@ -1,12 +1,6 @@
-"""Text columns with checks that name the source, column or row at fault, and whole tables written
-atomically: a temporary file in the target's folder, then a rename."""
-
-import os
-import tempfile
-from pathlib import Path
+"""Text columns, with checks that name the source, column or row at fault."""
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from quail.errors import QuailError
 
@@ -31,17 +25,3 @@ def text_column(table: pa.Table, column: str, source: str, on_null: str,
         rows.append(i)
     return texts, rows
 
-
-def write_table(table: pa.Table, path: str) -> None:
-    target = Path(path)
-    if target.suffix.lower() == ".csv":
-        raise QuailError(f"--output {path}: outputs are Parquet files")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -7,7 +7,7 @@ the entire shared prefix itself, follow parent links to the document that suppli
 
 from dataclasses import dataclass
 
-from quail.kv import PAGE_SIZE
+from quail.constants import PAGE_SIZE
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quail.errors import QuailError
-from quail.executor.engine import Reuse
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 from quail.worker.jobs import ENDED, Identity, Window
 from quail.worker.protocol import documents_table, submit_command
 

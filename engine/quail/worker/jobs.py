@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-from quail.executor.engine import Reuse
+from quail.reuse import Reuse
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
 

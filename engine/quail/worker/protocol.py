@@ -18,10 +18,10 @@ from dataclasses import asdict
 import pyarrow as pa
 
 from quail.errors import QuailError
-from quail.executor.engine import Reuse
 from quail.kinds import KINDS
 from quail.planner.plan import OperatorPlan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 from quail.worker.jobs import Identity, Window
 
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])

@@ -13,7 +13,6 @@ from airflow.sdk import DAG, task
 
 from airflow_quail.io import read_source, write_target
 from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
-from airflow_quail.planning import plan_quail_dag
 
 TRACES = Path(__file__).resolve().parents[1] / "examples" / "traces.csv"
 DB = "sql://quail_demo_db"
@@ -45,5 +44,4 @@ with DAG("quail_traces", schedule=None, start_date=pendulum.datetime(2026, 1, 1,
         target=f"{DB}/next_step",
     )
     load_traces() >> failing >> next_step
-
-plan_quail_dag(dag)
+# No plan_quail_dag(dag) here: the provider's cluster policy plans every parsed DAG.

@@ -1,6 +1,7 @@
 """Provider registration, the hook's choice of worker, and parse-time planning."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,21 @@ def test_parsing_a_dag_imports_no_torch():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_dag_without_a_planning_call_is_planned_by_the_policy(tmp_path):
+    """dags/quail_traces.py never calls plan_quail_dag: parsing it (as the dag-processor and every
+    task process do) plans its operators through the provider's cluster policy, with the hash an
+    explicit call gives, and the classify is planned to reuse the filter's KV."""
+    code = ("import json, sys; from airflow.dag_processing.dagbag import DagBag; "
+            "from airflow_quail.planning import dag_plan; "
+            "dag = DagBag(dag_folder=sys.argv[1]).dags['quail_traces']; "
+            "print(json.dumps({'parsed': {t.task_id: json.loads(t.quail_plan) for t in dag.tasks "
+            "if hasattr(t, 'quail_plan')}, 'explicit': dag_plan(dag).hash}))")
+    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    out = subprocess.run([sys.executable, "-c", code, str(DAGS / "quail_traces.py")], capture_output=True, text=True,
+                         check=True, env=env).stdout.splitlines()[-1]
+    doc = json.loads(out)
+    assert "plan_quail_dag" not in (DAGS / "quail_traces.py").read_text().split("# No plan_quail_dag")[0]
+    assert {p["plan_hash"] for p in doc["parsed"].values()} == {doc["explicit"]}
+    assert doc["parsed"]["failing_runs"]["operator"]["retain"]["consumers"] == ["next_step"]

@@ -7,7 +7,7 @@ where the output is, row counts and the token accounting."""
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from airflow.exceptions import AirflowException
@@ -53,7 +53,7 @@ class _LLMOperator(BaseOperator):
         self.deferrable = deferrable
         self.quail_conn_id = quail_conn_id
         self.reuse = reuse
-        self.quail_plan = quail_plan  # set by airflow_quail.planning.plan_quail_dag; shown in the UI
+        self.quail_plan = quail_plan  # set by airflow_quail.planning.plan_quail_dag (the policy); shown in the UI
         self.window_rows = window_rows
 
     def inputs(self) -> list[tuple[str, str]]:
@@ -63,8 +63,13 @@ class _LLMOperator(BaseOperator):
         raise NotImplementedError
 
     def plan_entry(self) -> OperatorPlan:
+        """The entry the policy (or plan_quail_dag) stored; else planned from the DAG, or alone."""
         if self.quail_plan:
             return OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
+        if self.has_dag():
+            from airflow_quail.planning import dag_plan
+
+            return dag_plan(self.dag)[self.task_id]
         return plan([self.spec()])[self.task_id]
 
     def _windows(self):
@@ -243,6 +248,3 @@ class LLMJoinOperator(_LLMOperator):
         return OperatorSpec(self.task_id, "join", (self.left, self.right), (self.left_column, self.right_column),
                             (self.condition,), threshold=self.threshold, output=self.target)
 
-
-def plan_document(plan_hash: str, entry: OperatorPlan) -> str:
-    return json.dumps({"plan_hash": plan_hash, "operator": asdict(entry)}, sort_keys=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from quail.atomic import write_text_atomically
 from quail.paths import home
 from quail.pipeline.stream import OutputSink
 from quail.worker.jobs import Identity
@@ -47,7 +48,7 @@ class WindowStage:
         path, sidecar = self._files(k, digest)
         with OutputSink(str(path)) as sink:
             sink.write(table)
-        sidecar.write_text(json.dumps(record))  # written last: a window is done once both are there
+        write_text_atomically(sidecar, json.dumps(record))  # last: a window is done once both are there
 
     def tables(self, windows: list[tuple[int, str]]) -> Iterator[pa.Table]:
         for k, digest in windows:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from quail.atomic import write_text_atomically
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -51,10 +53,7 @@ class CostModel:
         return self.prefill_seconds(shared_tokens) > pages * self.kv_write_per_page
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
+        write_text_atomically(path, json.dumps(asdict(self), indent=2))
 
     @classmethod
     def load(cls, path: Path) -> "CostModel | None":

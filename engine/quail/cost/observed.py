@@ -5,10 +5,9 @@ rule of succession, (passed + 1) / (rows + 2): 0.5 before any observation.
 """
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from quail.atomic import write_text_atomically
 from quail.paths import home
 
 
@@ -30,8 +29,4 @@ class SelectivityStore:
         seen = data.setdefault(fingerprint, {"rows": 0, "passed": 0})
         seen["rows"] += rows
         seen["passed"] += passed
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, self.path)
+        write_text_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))

@@ -2,12 +2,12 @@
 
 import hashlib
 import importlib.util
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from quail.atomic import replaced_atomically
 from quail.errors import QuailError
 from quail.paths import home
 
@@ -89,14 +89,11 @@ def _assemble(model: EmbeddedModel) -> Path:
             if d is None:
                 raise _missing(model)
             parts.extend(sorted((d / "data").glob("*.bin")))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "wb") as out:
+        with replaced_atomically(target) as tmp, open(tmp, "wb") as out:
             for part in parts:
                 with open(part, "rb") as f:
                     while chunk := f.read(1 << 24):
                         out.write(chunk)
-        os.replace(tmp, target)
     if target not in _verified:
         digest = _sha256(target)
         if digest != model.sha256:

@@ -2,8 +2,6 @@
 table: Parquet by row groups, CSV by blocks, and an output written to a temporary Parquet file in
 the target's folder that replaces the target only when every window is in."""
 
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from quail.atomic import replaced_atomically
 from quail.errors import QuailError
 
 DEFAULT_WINDOW_ROWS = 8192
@@ -86,9 +85,8 @@ class OutputSink:
         self._writer: pq.ParquetWriter | None = None
 
     def __enter__(self) -> "OutputSink":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        os.close(fd)
+        self._replacing = replaced_atomically(self.path)
+        self._tmp = self._replacing.__enter__()
         return self
 
     def write(self, table: pa.Table) -> None:
@@ -99,13 +97,11 @@ class OutputSink:
         self._writer.write_table(table)
         self.rows += table.num_rows
 
-    def __exit__(self, kind, error, tb) -> None:
-        try:
-            if self._writer is not None:
-                self._writer.close()
-            if kind is None:
-                if self._writer is None:
-                    raise RuntimeError(f"no window was written to {self.path}")
-                os.replace(self._tmp, self.path)
-        finally:
-            Path(self._tmp).unlink(missing_ok=True)
+    def __exit__(self, kind, error, tb):
+        if self._writer is not None:
+            self._writer.close()
+        elif kind is None:  # windows always give at least one table, even an empty one
+            error = RuntimeError(f"no table was written to {self.path}")
+            self._replacing.__exit__(RuntimeError, error, None)
+            raise error
+        return self._replacing.__exit__(kind, error, tb)

@@ -1,5 +1,7 @@
 """Apache Airflow provider for Quail: LLM filter, classify and join operators on a Quail worker."""
 
+from quail.model.registry import DTYPE_CHOICES
+
 __version__ = "0.1.0"
 
 
@@ -17,7 +19,7 @@ def get_provider_info() -> dict:
                 "conn-fields": {
                     "model": {"label": "Model", "schema": {"type": ["string", "null"]},
                               "description": "An embedded model name, a .gguf file or a HF directory (local worker)"},
-                    "dtype": {"label": "Dtype", "schema": {"type": ["string", "null"], "enum": ["auto", "bfloat16", "float32", None]}},
+                    "dtype": {"label": "Dtype", "schema": {"type": ["string", "null"], "enum": [*DTYPE_CHOICES, None]}},
                     "arena_pages": {"label": "Arena pages", "schema": {"type": ["integer", "null"]}},
                 },
                 "ui-field-behaviour": {
@@ -29,4 +31,5 @@ def get_provider_info() -> dict:
         ],
         "hooks": [{"integration-name": "Quail", "python-modules": ["airflow_quail.hooks.quail"]}],
         "operators": [{"integration-name": "Quail", "python-modules": ["airflow_quail.operators"]}],
+        "triggers": [{"integration-name": "Quail", "python-modules": ["airflow_quail.triggers.quail"]}],
     }

@@ -11,6 +11,13 @@ from quail.worker.local import ensure_local_worker
 
 
 class QuailHook(BaseHook):
+    """A client for the worker that a `quail` connection names: its host (and port, default 8815)
+    and token (the password), or, with no host, a local worker for the extras' model, dtype and
+    arena pages, started on demand.
+
+    :param quail_conn_id: the connection; quail_default may be absent (the embedded default)
+    """
+
     conn_name_attr = "quail_conn_id"
     default_conn_name = "quail_default"
     conn_type = "quail"

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from airflow.configuration import conf
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
@@ -44,10 +45,24 @@ class _TaskRun:
 
 
 class _LLMOperator(BaseOperator):
+    """What the three operators share.
+
+    :param target: where the output goes: a .parquet path or URI, or sql://CONN_ID/TABLE (templated)
+    :param quail_conn_id: the `quail` connection naming the worker; with no host, or no
+        quail_default connection, a local worker started on demand
+    :param reuse: KV reuse on (rewind, prefix sharing, retention, borrowing); off computes every
+        prompt from scratch, for checks. Answers do not depend on it.
+    :param deferrable: wait for each window's job in the triggerer instead of a worker slot; by
+        default `[operators] default_deferrable`
+    :param quail_plan: the operator's plan entry, set by the provider's planning policy (templated)
+    :param window_rows: rows of the first input read, computed and staged at a time
+    """
+
     ui_color = "#f2e6c9"
 
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
-                 deferrable: bool = False, quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, **kwargs):
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, **kwargs):
         super().__init__(**kwargs)
         self.target = target
         self.deferrable = deferrable
@@ -201,6 +216,17 @@ class _LLMOperator(BaseOperator):
 
 
 class LLMFilterOperator(_LLMOperator):
+    """Keeps the rows of `source` for which every predicate holds (chain mode asks a predicate only
+    of the rows that passed the ones before it).
+
+    :param source: a .parquet or .csv path or URI, sql://CONN_ID/TABLE or sql://CONN_ID?query=SELECT ...
+        (templated)
+    :param text_column: the column whose text the predicates are asked of
+    :param predicates: yes/no questions (templated)
+    :param limit: the first N passing rows, in input order; computing stops after them
+    :param threshold: P(yes) at or above which a predicate holds
+    """
+
     template_fields: Sequence[str] = ("source", "target", "predicates", "quail_plan")
 
     def __init__(self, *, source: str, text_column: str, predicates: list[str], limit: int | None = None,
@@ -218,6 +244,14 @@ class LLMFilterOperator(_LLMOperator):
 
 
 class LLMClassifyOperator(_LLMOperator):
+    """Labels each row of `source` with one of `labels`, adding `label` and `p_<label>` columns.
+
+    :param source: as for LLMFilterOperator (templated)
+    :param text_column: the column whose text is classified
+    :param labels: the labels, at least two (templated)
+    :param question: the question the labels answer (templated)
+    """
+
     template_fields: Sequence[str] = ("source", "target", "labels", "question", "quail_plan")
 
     def __init__(self, *, source: str, text_column: str, labels: list[str], question: str | None = None, **kwargs):
@@ -233,6 +267,17 @@ class LLMClassifyOperator(_LLMOperator):
 
 
 class LLMJoinOperator(_LLMOperator):
+    """The pairs of `left` and `right` rows that satisfy `condition`, with `p_yes`; columns are
+    prefixed left_ and right_. Chain mode reads each left row once and rewinds past each right row.
+
+    :param left: the anchors, read a window at a time (templated)
+    :param right: the partners, read whole (templated)
+    :param left_column: the left rows' text column
+    :param right_column: the right rows' text column
+    :param condition: what a matching pair satisfies (templated)
+    :param threshold: P(yes) at or above which a pair matches
+    """
+
     template_fields: Sequence[str] = ("left", "right", "target", "condition", "quail_plan")
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,

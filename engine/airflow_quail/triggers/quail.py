@@ -9,6 +9,13 @@ from quail.worker.jobs import ENDED
 
 
 class QuailJobTrigger(BaseTrigger):
+    """Fires when a job on the worker ends (done, failed or cancelled), with its status.
+
+    :param job_id: the job the operator submitted
+    :param quail_conn_id: the `quail` connection naming the worker
+    :param poll_interval: seconds between status calls
+    """
+
     def __init__(self, job_id: str, quail_conn_id: str = QuailHook.default_conn_name, poll_interval: float = 2.0):
         super().__init__()
         self.job_id = job_id

@@ -1,5 +1,6 @@
-"""A task killed mid-job and retried re-attaches to its job on the worker (the identity has no
-try number) and writes its output exactly once."""
+"""The operators: templated fields; a task killed mid-job and retried re-attaches to its job on the
+worker (the identity has no try number); a cleared task re-run on changed input computes it anew;
+windows are staged and a retry resumes after the first unstaged one; the output is written once."""
 
 import multiprocessing
 import os
@@ -10,9 +11,9 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 
 from airflow_quail.hooks.quail import QuailHook
-from airflow_quail.operators import LLMFilterOperator
+from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator, LLMJoinOperator
 
-NEWS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "news.csv")
+NEWS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "news.csv")
 
 
 def _operator(target: str) -> LLMFilterOperator:
@@ -127,13 +128,11 @@ def test_a_deferred_task_whose_input_changed_while_it_waited_writes_nothing(loca
 def test_a_task_whose_worker_died_resumes_from_the_first_unstaged_window(local_default, tmp_path, monkeypatch):
     """Three windows; the worker is killed once the second is staged. The task fails; its retry
     starts a new worker, computes only the third window there, and writes one whole output."""
+    import pyarrow as pa
     import pytest
     from airflow.exceptions import AirflowException
 
     from airflow_quail.staging import WindowStage
-
-    import pyarrow as pa
-
     from quail.cli.main import _whole_table
 
     source, target = tmp_path / "news.parquet", str(tmp_path / "out.parquet")
@@ -164,3 +163,9 @@ def test_a_task_whose_worker_died_resumes_from_the_first_unstaged_window(local_d
     assert manifest["stats"]["tokens_computed"] + sum(manifest["stats"]["tokens_reused"].values()) \
         == manifest["stats"]["tokens_naive"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # staging removed
+
+
+def test_operators_template_their_questions_and_paths():
+    assert {"source", "target", "predicates", "quail_plan"} <= set(LLMFilterOperator.template_fields)
+    assert {"labels", "question"} <= set(LLMClassifyOperator.template_fields)
+    assert {"left", "right", "condition"} <= set(LLMJoinOperator.template_fields)

@@ -1,8 +1,12 @@
-"""The hook's local worker: started on demand, shared, and started again after it died."""
+"""QuailHook: a remote worker from a connection's host, an unknown connection, and the local worker:
+started on demand, shared, and started again after it died."""
 
+import json
 import os
 import signal
 import time
+
+import pytest
 
 from airflow_quail.hooks.quail import QuailHook
 from quail.planner.plan import plan
@@ -39,3 +43,17 @@ def test_a_worker_killed_between_tasks_is_started_again_and_recomputes(local_def
     assert stats["tokens_reused"]["retention"] == 0  # recomputed
     first, _ = _run(client, "kind", "r3")
     assert [r["label"] for r in answers] == [r["label"] for r in first]
+
+
+def test_a_connection_with_a_host_names_a_remote_worker(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_GPU", json.dumps({"conn_type": "quail", "host": "10.0.0.5", "port": 9000,
+                                                             "password": "tok"}))
+    client = QuailHook("quail_gpu").get_conn()
+    assert client.location == "grpc://10.0.0.5:9000"
+
+
+def test_an_unknown_connection_is_an_error():
+    from airflow.exceptions import AirflowNotFoundException
+
+    with pytest.raises(AirflowNotFoundException):
+        QuailHook("no_such_connection").get_conn()

@@ -1,0 +1,43 @@
+"""Parse-time planning: one plan hash in every parse, and no call needed in the DAG file."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+DAGS = Path(__file__).parents[2] / "dags"
+
+
+def _plan_hashes() -> dict:
+    code = ("import sys, json; sys.path.insert(0, %r); import quail_jokes; "
+            "print(json.dumps({t.task_id: json.loads(t.quail_plan) for t in quail_jokes.dag.tasks if hasattr(t, 'quail_plan')}))" % str(DAGS))
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                     check=True).stdout.splitlines()[-1])
+
+
+def test_every_parse_gives_the_same_plan():
+    """The dag-processor and each task process parse the file anew: one plan hash everywhere."""
+    first, second = _plan_hashes(), _plan_hashes()
+    assert first == second
+    assert len({p["plan_hash"] for p in first.values()}) == 1
+    assert first["tech"]["operator"]["retain"]["consumers"] == ["theme", "by_technology", "audience"]
+    assert first["audience"]["operator"]["retain"] is None
+
+
+def test_a_dag_without_a_planning_call_is_planned_by_the_policy(tmp_path):
+    """dags/quail_traces.py never calls plan_quail_dag: parsing it (as the dag-processor and every
+    task process do) plans its operators through the provider's cluster policy, with the hash an
+    explicit call gives, and the classify is planned to reuse the filter's KV."""
+    code = ("import json, sys; from airflow.dag_processing.dagbag import DagBag; "
+            "from airflow_quail.planning import dag_plan; "
+            "dag = DagBag(dag_folder=sys.argv[1]).dags['quail_traces']; "
+            "print(json.dumps({'parsed': {t.task_id: json.loads(t.quail_plan) for t in dag.tasks "
+            "if hasattr(t, 'quail_plan')}, 'explicit': dag_plan(dag).hash}))")
+    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    out = subprocess.run([sys.executable, "-c", code, str(DAGS / "quail_traces.py")], capture_output=True, text=True,
+                         check=True, env=env).stdout.splitlines()[-1]
+    doc = json.loads(out)
+    assert "plan_quail_dag" not in (DAGS / "quail_traces.py").read_text().split("# No plan_quail_dag")[0]
+    assert {p["plan_hash"] for p in doc["parsed"].values()} == {doc["explicit"]}
+    assert doc["parsed"]["failing_runs"]["operator"]["retain"]["consumers"] == ["next_step"]

@@ -38,6 +38,8 @@ demo: $(VENV)/.demo-model
 		|| (tail -40 out/airflow-dags-test.log; exit 1)
 	@echo "quail_jokes through Airflow (airflow dags test; a local worker, SQLite metadata and data):"
 	@cat out/dags/report.txt
+	@echo "The local worker keeps the model and its KV arena (about 3.4 GB) for 10 idle minutes, for the"
+	@echo "next DAG run; '.venv/bin/quail worker stop' stops it now."
 
 $(VENV)/.bench: $(VENV)/.demo-model bench/requirements-llama.txt
 	$(PIP) install -q -r bench/requirements-llama.txt

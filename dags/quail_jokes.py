@@ -77,9 +77,20 @@ with DAG(
         target=str(OUT / "audience.parquet"),
     )
 
+    def answers(rows: list[dict], show: list[tuple[str, str]], n: int = 3) -> list[str]:
+        """A few rows of an output: (column, format) pairs, text cut to 60 characters."""
+        def cell(value, fmt):
+            if not isinstance(value, str):
+                return format(value, fmt)
+            value = " ".join(value.split())
+            return value if len(value) <= 60 else value[:57] + "..."
+
+        return ["  " + "  |  ".join(cell(r[c], f) for c, f in show) for r in rows[:n]] or ["  (no rows)"]
+
     @task
     def report(ti=None) -> str:
-        """A per-task table of rows and tokens, from the operators' XCom manifests."""
+        """A per-task table of rows and tokens, from the operators' XCom manifests, then a few of the
+        answers each task wrote."""
         lines = [f"{'task':<14}{'rows in':>8}{'rows out':>9}{'computed':>10}{'naive':>9}{'rewind':>8}{'prefix':>8}"
                  f"{'retention':>10}"]
         for name in TASKS:
@@ -87,6 +98,14 @@ with DAG(
             s, r = m["stats"], m["stats"]["tokens_reused"]
             lines.append(f"{name:<14}{m['rows_in']:>8}{m['rows_out']:>9}{s['tokens_computed']:>10,}"
                          f"{s['tokens_naive']:>9,}{r['rewind']:>8,}{r['prefix']:>8,}{r['retention']:>10,}")
+        outputs = {name: read_source(ti.xcom_pull(task_ids=name)["target"]).to_pylist() for name in TASKS}
+        best = {name: sorted(outputs[name], key=lambda r: -r["p_yes"]) for name in ("by_technology", "audience")}
+        lines += ["", "tech (kept jokes):"] + answers(outputs["tech"], [("joke", "")])
+        lines += ["theme:"] + answers(outputs["theme"], [("joke", ""), ("label", "")])
+        lines += ["by_technology (most likely pairs):"] + answers(
+            best["by_technology"], [("left_joke", ""), ("right_technology", ""), ("p_yes", ".2f")])
+        lines += ["audience (most likely pairs):"] + answers(
+            best["audience"], [("left_joke", ""), ("right_role", ""), ("p_yes", ".2f")])
         text = "\n".join(lines)
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "report.txt").write_text(text + "\n")

@@ -1,21 +1,14 @@
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from quail.worker.local import stop_local_workers
+
 ROOT = Path(__file__).parents[2]
-
-
-def stop_local_workers(folder: Path) -> None:
-    for pid in folder.glob("*.pid"):
-        try:
-            os.kill(int(pid.read_text()), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture

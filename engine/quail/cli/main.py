@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
         _engine_options(p, single=False)
 
     w = sub.add_parser("worker", help="the long-lived worker that Airflow tasks send jobs to")
-    w.add_argument("action", choices=["serve", "status"])
+    w.add_argument("action", choices=["serve", "status", "stop"],
+                   help="stop: the local workers that tasks or the demo started on demand")
     w.add_argument("--model", default=DEFAULT_MODEL)
     w.add_argument("--host", default="127.0.0.1", help="listen here (loopback unless --token is given)")
     w.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -111,6 +112,12 @@ def _whole_table(job: dict) -> str:
 
 
 def _worker(args) -> None:
+    if args.action == "stop":
+        from quail.worker.local import stop_local_workers
+
+        stopped = stop_local_workers()
+        print(f"stopped {len(stopped)} local worker(s)" + (f": pid {', '.join(map(str, stopped))}" if stopped else ""))
+        return
     location = f"grpc+unix://{Path(args.socket).resolve()}" if args.socket else f"grpc://{args.host}:{args.port}"
     if args.action == "status":
         from quail.worker.client import WorkerClient

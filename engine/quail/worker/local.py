@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from quail.errors import QuailError
 from quail.paths import home
@@ -53,3 +54,20 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
                                  f"see {folder / f'{ident}.log'}")
             time.sleep(0.5)
     return location
+
+
+def stop_local_workers(folder: Path | None = None) -> list[int]:
+    """Sends SIGTERM to the local workers started on demand (they finish their rows in flight);
+    returns the process ids that were still running."""
+    import signal
+
+    stopped = []
+    for pid_file in sorted((folder or home() / "worker").glob("*.pid")):
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, signal.SIGTERM)
+            stopped.append(pid)
+        except ProcessLookupError:
+            pass
+        pid_file.unlink(missing_ok=True)
+    return stopped

@@ -7,7 +7,7 @@ where the output is, row counts and the token accounting."""
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from airflow.configuration import conf
@@ -149,8 +149,10 @@ class _LLMOperator(BaseOperator):
         for r in records[1:]:
             stats.merge(Stats.from_dict(r["stats"]))
         self.rows_out = sum(r["rows"] for r in records)
+        plan_hash = json.loads(self.quail_plan)["plan_hash"] if self.quail_plan else None
         return {"target": self.target, "rows_in": sum(r["rows_in"] for r in records), "rows_out": self.rows_out,
-                "windows": len(records), "stats": stats.to_dict()}
+                "windows": len(records), "stats": stats.to_dict(),
+                "plan": {"plan_hash": plan_hash, "operator": asdict(run.op)}}
 
     def _compute(self, run: "_TaskRun", k: int, part: OperatorSpec, docs, window: Window) -> dict:
         """Window k's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""

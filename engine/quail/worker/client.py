@@ -54,6 +54,9 @@ class WorkerClient:
         reply = self._call(put)
         return reply["job"], reply["attached"]
 
+    def info(self) -> dict:
+        return self._action("info")
+
     def status(self, job_id: str = "") -> dict | list[dict]:
         return self._action("status", job_id)
 

@@ -56,6 +56,12 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
     return location
 
 
+def local_workers() -> list[str]:
+    """The locations of the local workers that answer now; none is started."""
+    return [f"grpc+unix://{sock}" for sock in sorted((home() / "worker").glob("*.sock"))
+            if _answers(f"grpc+unix://{sock}")]
+
+
 def stop_local_workers(folder: Path | None = None) -> list[int]:
     """Sends SIGTERM to the local workers started on demand (they finish their rows in flight);
     returns the process ids that were still running."""

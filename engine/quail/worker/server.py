@@ -123,13 +123,16 @@ class Worker(flight.FlightServerBase):
         return flight.RecordBatchStream(job.answers)
 
     def list_actions(self, context):
-        return [("status", "one job's status (body: job id) or all jobs'"),
+        return [("info", "the model, its device and dtype, and the arena's pages: total, free, retained"),
+                ("status", "one job's status (body: job id) or all jobs'"),
                 ("cancel", "cancel a job: a queued one at once, a running one after its rows in flight")]
 
     def do_action(self, context, action):
         self.last_call = time.time()
         body = action.body.to_pybytes().decode()
-        if action.type == "status":
+        if action.type == "info":
+            doc = self.info()
+        elif action.type == "status":
             with self.lock:
                 self._expire()
                 doc = self._job(body).status() if body else [j.status() for j in self.jobs.values()]
@@ -141,6 +144,13 @@ class Worker(flight.FlightServerBase):
         else:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
         yield flight.Result(json.dumps(doc).encode())
+
+    def info(self) -> dict:
+        engine = self.session.engine
+        return {"model": self.session.loaded.name, "dtype": str(engine.model.dtype).removeprefix("torch."),
+                "device": str(engine.model.device), "arena_pages": engine.plan.arena_pages,
+                "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
+                "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size}
 
     # the job loop
     def _job(self, job_id: str) -> Job:

@@ -52,6 +52,28 @@ def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
         assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
     assert (tmp_path / "out1" / "report.txt").read_text().splitlines()[1].split()[:3] == \
            ["tech", str(JOKES), str(len(outputs["1"]["tech"]))]
+    run_id = worker_jobs(tmp_path)[0]["identity"]["run_id"]
+    page = _quail_page(env, f"/quail/api/runs/quail_jokes/{run_id}")
+    assert set(page["tasks"]) == set(JOKES_TASKS)  # the Quail page reads the tasks' XCom manifests
+    for task in JOKES_TASKS:
+        assert page["tasks"][task]["stats"] == stats[task]
+    assert page["tasks"]["tech"]["plan"]["operator"]["retain"]["consumers"] == JOKES_TASKS[1:]
+
+
+def _quail_page(env: dict, route: str) -> dict:
+    """A Quail page's JSON from the api-server app in-process, as an Airflow user."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from fastapi.testclient import TestClient; "
+            "from airflow.api_fastapi.app import create_app, get_auth_manager; "
+            "from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser; "
+            "token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username='admin', role='admin')); "
+            "print(json.dumps(TestClient(create_app()).get(sys.argv[1], "
+            "headers={'Authorization': 'Bearer ' + token}).json()))")
+    out = subprocess.run([sys.executable, "-c", code, route], env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"),
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):

@@ -1,0 +1,90 @@
+"""The Quail page's FastAPI app, mounted at /quail on the api-server. Every route requires the auth
+manager's user (Airflow mounts plugin apps with no authentication of their own). Data comes from
+the workers' status and the Quail tasks' XCom manifests, read through Airflow's own models: no
+second database."""
+
+import asyncio
+
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import requires_access_view
+from fastapi import Depends, FastAPI
+from fastapi.responses import HTMLResponse
+
+from airflow_quail.plugins import views
+
+app = FastAPI(title="Quail", dependencies=[Depends(requires_access_view(AccessView.PLUGINS))])
+
+
+def is_manifest(value) -> bool:
+    return isinstance(value, dict) and {"target", "rows_in", "rows_out", "stats"} <= value.keys()
+
+
+def _workers() -> list[dict]:
+    from quail.errors import QuailError
+    from quail.worker.client import WorkerClient
+    from quail.worker.local import local_workers
+
+    out = []
+    for location in local_workers():
+        client = WorkerClient(location, timeout=5)
+        try:
+            out.append({"location": location, "info": client.info(), "jobs": client.status()})
+        except QuailError:
+            continue  # went away between the two calls
+    return out
+
+
+def _manifests(session, dag_id: str | None = None, run_id: str | None = None, limit: int = 2000) -> list:
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    query = select(XComModel).where(XComModel.key == "return_value")
+    if dag_id is not None:
+        query = query.where(XComModel.dag_id == dag_id, XComModel.run_id == run_id)
+    rows = session.scalars(query.order_by(XComModel.timestamp.desc()).limit(limit))
+    out = []
+    for x in rows:
+        value = XComModel.deserialize_value(x)
+        if is_manifest(value):
+            out.append((x.dag_id, x.run_id, x.task_id, x.map_index, value))
+    return out
+
+
+def run_tasks(session, dag_id: str, run_id: str) -> dict[str, dict]:
+    found = sorted(_manifests(session, dag_id, run_id), key=lambda m: (m[2], m[3]))
+    return {task if index < 0 else f"{task}[{index}]": m for _, _, task, index, m in found}
+
+
+def recent_runs(session, limit: int = 20) -> list[dict]:
+    runs: dict[tuple[str, str], dict] = {}
+    for dag_id, run_id, _, _, m in _manifests(session):
+        r = runs.setdefault((dag_id, run_id), {"dag_id": dag_id, "run_id": run_id, "tasks": 0,
+                                                "tokens_computed": 0, "tokens_naive": 0})
+        r["tasks"] += 1
+        r["tokens_computed"] += m["stats"]["tokens_computed"]
+        r["tokens_naive"] += m["stats"]["tokens_naive"]
+    return list(runs.values())[:limit]
+
+
+@app.get("/api/workers")
+async def api_workers() -> list[dict]:
+    return await asyncio.to_thread(_workers)
+
+
+@app.get("/api/runs/{dag_id}/{run_id}")
+def api_run(dag_id: str, run_id: str, session: SessionDep) -> dict:
+    return {"dag_id": dag_id, "run_id": run_id, "tasks": run_tasks(session, dag_id, run_id)}
+
+
+@app.get("/", response_class=HTMLResponse)
+async def index(session: SessionDep) -> str:
+    workers = await asyncio.to_thread(_workers)
+    body = ("<h2>Workers</h2>" + views.workers_html(workers)
+            + "<h2>Recent runs with Quail tasks</h2>" + views.runs_html(recent_runs(session)))
+    return views.page("Quail", body)
+
+
+@app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+def run_page(dag_id: str, run_id: str, session: SessionDep) -> str:
+    return views.run_html(dag_id, run_id, run_tasks(session, dag_id, run_id))

@@ -1,0 +1,88 @@
+"""The Quail page's HTML: the workers, the recent runs, and one run's tasks with their plan and
+token accounting, charted as server-rendered SVG (no script, no CDN: the UI may run offline).
+Pure functions of plain data, so they are tested without a server."""
+
+from html import escape
+
+MECHANISMS = ("rewind", "prefix", "retention")
+COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "prefix": "#9bbb59", "retention": "#8064a2"}
+STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}
+td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
+h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.5rem}.muted{color:#777}"""
+
+
+def page(title: str, body: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>")
+
+
+def workers_html(workers: list[dict]) -> str:
+    if not workers:
+        return "<p class='muted'>No worker answers (a local worker starts with the first Quail task).</p>"
+    rows = []
+    for w in workers:
+        i = w["info"]
+        used = i["arena_pages"] - i["free_pages"]
+        running = [j for j in w["jobs"] if j["state"] in ("queued", "running")]
+        jobs = "<br>".join(f"{escape(j['identity']['dag_id'])}/{escape(j['identity']['task_id'])}: "
+                           f"{j['rows_done']}/{j['rows']} rows, {j['tokens_per_second']:,.0f} tok/s" for j in running)
+        rows.append(f"<tr><td class='l'>{escape(w['location'])}</td><td class='l'>{escape(i['model'])}</td>"
+                    f"<td class='l'>{escape(i['device'])} {escape(i['dtype'])}</td><td>{i['arena_pages']:,}</td>"
+                    f"<td>{used:,}</td><td>{i['retained_pages']:,}</td><td>{i['free_pages']:,}</td>"
+                    f"<td class='l'>{jobs or '<span class=muted>idle</span>'}</td></tr>")
+    return ("<table><tr><th class='l'>worker</th><th class='l'>model</th><th class='l'>device</th><th>arena pages</th>"
+            "<th>used</th><th>retained</th><th>free</th><th class='l'>jobs running</th></tr>" + "".join(rows) + "</table>")
+
+
+def runs_html(runs: list[dict]) -> str:
+    if not runs:
+        return "<p class='muted'>No DAG run has Quail tasks yet.</p>"
+    rows = "".join(f"<tr><td class='l'><a href='runs/{escape(r['dag_id'])}/{escape(r['run_id'])}'>"
+                   f"{escape(r['dag_id'])}</a></td><td class='l'>{escape(r['run_id'])}</td><td>{r['tasks']}</td>"
+                   f"<td>{r['tokens_computed']:,}</td><td>{r['tokens_naive']:,}</td></tr>" for r in runs)
+    return ("<table><tr><th class='l'>DAG</th><th class='l'>run</th><th>Quail tasks</th><th>tokens computed</th>"
+            "<th>without reuse</th></tr>" + rows + "</table>")
+
+
+def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
+    if not tasks:
+        return page(f"{dag_id} / {run_id}", "<p class='muted'>This run has no finished Quail task.</p>")
+    rows = []
+    for name, m in tasks.items():
+        s, op = m["stats"], (m.get("plan") or {}).get("operator") or {}
+        retain = op.get("retain")
+        keep = ", ".join(retain["consumers"]) if retain else "nothing"
+        saved = 1 - s["tokens_computed"] / s["tokens_naive"] if s["tokens_naive"] else 0.0
+        rows.append(f"<tr><td class='l'>{escape(name)}</td><td>{m['rows_in']:,}</td><td>{m['rows_out']:,}</td>"
+                    f"<td class='l'>{'on' if op.get('chain_mode') else 'off'}</td>"
+                    f"<td class='l'>{'on' if op.get('prefix_sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"
+                    f"<td>{s['tokens_computed']:,}</td>"
+                    + "".join(f"<td>{s['tokens_reused'][k]:,}</td>" for k in MECHANISMS)
+                    + f"<td>{s['tokens_naive']:,}</td><td>{saved:.0%}</td></tr>")
+    table = ("<table><tr><th class='l'>task</th><th>rows in</th><th>rows out</th><th class='l'>chain mode</th>"
+             "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th><th>rewind</th>"
+             "<th>prefix</th><th>retention</th><th>without reuse</th><th>saved</th></tr>" + "".join(rows) + "</table>")
+    return page(f"{dag_id} / {run_id}", "<h2>Tokens by task</h2>" + tokens_svg(tasks) + table)
+
+
+def tokens_svg(tasks: dict[str, dict], width: int = 720, bar: int = 22) -> str:
+    """One bar per task, as long as its no-reuse count: computed, then reused by each mechanism."""
+    most = max((m["stats"]["tokens_naive"] for m in tasks.values()), default=0) or 1
+    label, scale = 130, (width - 140) / most
+    parts, y = [], 0
+    for name, m in tasks.items():
+        s, x = m["stats"], label
+        for part in ("computed", *MECHANISMS):
+            n = s["tokens_computed"] if part == "computed" else s["tokens_reused"][part]
+            w = n * scale
+            if w > 0:
+                parts.append(f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{bar}' fill='{COLORS[part]}'>"
+                             f"<title>{escape(name)} {part}: {n:,}</title></rect>")
+            x += w
+        parts.append(f"<text x='0' y='{y + bar - 6}' font-size='13'>{escape(name[:18])}</text>")
+        y += bar + 8
+    legend = "".join(f"<rect x='{label + 110 * i}' y='{y}' width='12' height='12' fill='{COLORS[p]}'/>"
+                     f"<text x='{label + 110 * i + 16}' y='{y + 11}' font-size='12'>{p}</text>"
+                     for i, p in enumerate(("computed", *MECHANISMS)))
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{y + 20}' role='img' "
+            f"aria-label='tokens computed and reused by task'>{''.join(parts)}{legend}</svg>")

@@ -1,0 +1,59 @@
+"""The Quail page: every route wants an Airflow user (the api-server app in-process, with the simple
+auth manager), and its views render a run's plan and accounting."""
+
+import json
+import subprocess
+import sys
+
+from airflow_quail.plugins.views import run_html, tokens_svg, workers_html
+
+APP = """
+import json
+from fastapi.testclient import TestClient
+from airflow.api_fastapi.app import create_app, get_auth_manager
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+client = TestClient(create_app())
+routes = ["/quail/", "/quail/api/workers", "/quail/api/runs/quail_jokes/r1", "/quail/runs/quail_jokes/r1"]
+token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+user = {"Authorization": f"Bearer {token}"}
+print(json.dumps({"anonymous": [client.get(r).status_code for r in routes],
+                  "user": [client.get(r, headers=user).status_code for r in routes],
+                  "page": client.get("/quail/", headers=user).text,
+                  "run": client.get("/quail/api/runs/quail_jokes/r1", headers=user).json()}))
+"""
+
+
+def test_every_route_wants_an_airflow_user(airflow_env):
+    env, _ = airflow_env
+    env = dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin")
+    out = subprocess.run([sys.executable, "-c", APP], env=env, capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout.splitlines()[-1])
+    assert all(code in (401, 403) for code in doc["anonymous"]), doc["anonymous"]
+    assert doc["user"] == [200, 200, 200, 200]
+    assert "<h2>Workers</h2>" in doc["page"] and "No DAG run has Quail tasks yet" in doc["page"]
+    assert doc["run"] == {"dag_id": "quail_jokes", "run_id": "r1", "tasks": {}}
+
+
+MANIFEST = {"target": "sql://db/tech", "rows_in": 24, "rows_out": 17, "windows": 1,
+            "stats": {"tokens_computed": 1730, "tokens_naive": 2938,
+                      "tokens_reused": {"rewind": 824, "prefix": 384, "retention": 0}},
+            "plan": {"plan_hash": "abc", "operator": {"chain_mode": True, "prefix_sharing": True,
+                                                      "retain": {"consumers": ["theme", "audience"]}}}}
+
+
+def test_a_run_page_shows_each_tasks_plan_and_tokens_charted():
+    html = run_html("quail_jokes", "r1", {"tech": MANIFEST})
+    assert "theme, audience" in html and "1,730" in html and "2,938" in html and "41%" in html  # 1 - 1730/2938
+    svg = tokens_svg({"tech": MANIFEST}, width=740)
+    # bars as long as the counts: the no-reuse count spans the 600 pixels after the label
+    widths = [float(w) for w in __import__("re").findall(r"width='([\d.]+)' height='22'", svg)]
+    assert abs(sum(widths) - 600) < 0.5 and abs(widths[0] - 600 * 1730 / 2938) < 0.5
+    assert "<script" not in html and "http" not in html.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_the_workers_table_counts_the_arena_pages():
+    html = workers_html([{"location": "grpc+unix:///q/w.sock", "jobs": [],
+                          "info": {"model": "smollm2-135m", "device": "cpu", "dtype": "float32", "arena_pages": 1024,
+                                   "free_pages": 1000, "retained_pages": 20}}])
+    assert "<td>1,024</td><td>24</td><td>20</td><td>1,000</td>" in html and "idle" in html

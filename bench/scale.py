@@ -7,6 +7,8 @@ engine's own overhead. Reports rows/s, tokens/s and the CLI process's peak RSS p
 
     python bench/scale.py 2000 8000 32000            # sizes in rows
     python bench/scale.py --profile 8000              # also py-spy: the scheduler's share of time
+    python bench/scale.py --model qwen2.5-coder-0.5b 200   # a real model on reference documents
+                                                           # of 250-300 tokens (bench/documents.py)
 """
 
 import argparse
@@ -46,8 +48,16 @@ def tiny_model(path: Path) -> Path:
     return path
 
 
-def table(path: Path, rows: int) -> Path:
+def table(path: Path, rows: int, model: str) -> Path:
     if path.exists():
+        return path
+    if model != "tiny":
+        from documents import reference_documents
+
+        from quail.model.loader import load_model
+
+        texts = reference_documents(rows, load_model(model, "float32").tokenizer)
+        pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), path)
         return path
     rng = random.Random(rows)
     writer = None
@@ -61,9 +71,12 @@ def table(path: Path, rows: int) -> Path:
     return path
 
 
-def run(model: Path, rows: int, profile: bool) -> dict:
-    data = table(OUT / f"docs-{rows}.parquet", rows)
+def run(model: str, rows: int, profile: bool) -> dict:
+    data = table(OUT / f"docs-{model}-{rows}.parquet" if model != "tiny" else OUT / f"docs-{rows}.parquet", rows, model)
+    model = str(tiny_model(OUT / "tiny-llama")) if model == "tiny" else model
     output, stats = OUT / f"out-{rows}.parquet", OUT / f"stats-{rows}.json"
+    # a fresh stats file, so that a run that fails cannot report the last one's figures
+    stats.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "quail.cli", "filter", str(data), "--text-column", "text",
            "--predicate", "Is this about sport?", "--predicate", "Does it name a place?", "--threshold", "0",
            "--keep-all", "--model", str(model), "--dtype", "float32", "--output", str(output), "--stats", str(stats)]
@@ -99,13 +112,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sizes", nargs="+", type=int)
     ap.add_argument("--profile", action="store_true", help="run under py-spy (pip install py-spy)")
+    ap.add_argument("--model", default="tiny", help="tiny (a random 2-layer Llama) or an embedded model's name")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    model = tiny_model(OUT / "tiny-llama")
-    results = [run(model, n, args.profile) for n in args.sizes]
+    results = [dict(run(args.model, n, args.profile), model=args.model) for n in args.sizes]
     for r in results:
         print(json.dumps(r))
-    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    (OUT / f"results-{args.model}.json").write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

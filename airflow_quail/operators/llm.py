@@ -152,7 +152,8 @@ class _LLMOperator(BaseOperator):
         plan_hash = json.loads(self.quail_plan)["plan_hash"] if self.quail_plan else None
         return {"target": self.target, "rows_in": sum(r["rows_in"] for r in records), "rows_out": self.rows_out,
                 "windows": len(records), "stats": stats.to_dict(),
-                "plan": {"plan_hash": plan_hash, "operator": asdict(run.op)}}
+                # plain JSON (tuples as lists), so that XCom stores no serialized Python types
+                "plan": json.loads(json.dumps({"plan_hash": plan_hash, "operator": asdict(run.op)}))}
 
     def _compute(self, run: "_TaskRun", k: int, part: OperatorSpec, docs, window: Window) -> dict:
         """Window k's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""

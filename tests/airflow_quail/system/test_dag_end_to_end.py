@@ -68,9 +68,9 @@ def _quail_page(env: dict, route: str) -> dict:
     code = ("import json, sys; from fastapi.testclient import TestClient; "
             "from airflow.api_fastapi.app import create_app, get_auth_manager; "
             "from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser; "
+            "client = TestClient(create_app()); "  # the app sets up the auth manager
             "token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username='admin', role='admin')); "
-            "print(json.dumps(TestClient(create_app()).get(sys.argv[1], "
-            "headers={'Authorization': 'Bearer ' + token}).json()))")
+            "print(json.dumps(client.get(sys.argv[1], headers={'Authorization': 'Bearer ' + token}).json()))")
     out = subprocess.run([sys.executable, "-c", code, route], env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"),
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])

@@ -253,3 +253,12 @@ def test_concurrent_submissions_share_a_job_only_when_their_content_is_equal(wor
     assert job_b != results["a1"][0] and not attached
     status = client.wait(job_b, poll=0.05)
     assert status["rows"] == 3 and client.fetch(job_b).num_rows == 3  # B's 3 documents, not A's 2
+
+
+def test_an_ended_job_keeps_its_answers_but_not_its_documents(worker):
+    server, location = worker
+    client = WorkerClient(location, token="s3cret")
+    job, _ = client.submit(Identity("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
+    status = client.wait(job, poll=0.05)
+    assert status["rows"] == len(TEXTS) and client.fetch(job).num_rows == len(TEXTS)
+    assert server.jobs[job].inputs == []  # memory follows the windows in flight, not every table seen

@@ -64,10 +64,15 @@ class Job:
     stats: dict | None = None
     error: str | None = None
     cancel_requested: bool = False
+    rows: int = field(init=False)
 
-    @property
-    def rows(self) -> int:
-        return len(self.inputs[0][0])
+    def __post_init__(self):
+        self.rows = len(self.inputs[0][0])
+
+    def release_inputs(self) -> None:
+        """An ended job keeps its answers until they expire, not its documents: a worker's memory
+        follows the windows in flight, not the tables it has seen."""
+        self.inputs = []
 
     @property
     def ended(self) -> bool:

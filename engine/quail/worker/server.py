@@ -87,6 +87,7 @@ class Worker(flight.FlightServerBase):
         """Under the lock: a queued job ends now; a running one when its progress is next reported."""
         if job.state == "queued":
             job.state, job.finished = "cancelled", time.time()
+            job.release_inputs()
         job.cancel_requested = not job.ended
 
     # Flight calls
@@ -195,4 +196,5 @@ class Worker(flight.FlightServerBase):
         finally:
             if job.window.last:
                 self.session.engine.consumed(job.identity.scope + job.spec.name)
+            job.release_inputs()
             job.finished = time.time()

@@ -52,7 +52,7 @@ def _manifests(session, dag_id: str | None = None, run_id: str | None = None, li
 
 
 def run_tasks(session, dag_id: str, run_id: str) -> dict[str, dict]:
-    found = sorted(_manifests(session, dag_id, run_id), key=lambda m: (m[2], m[3]))
+    found = reversed(_manifests(session, dag_id, run_id))  # in the order the tasks finished
     return {task if index < 0 else f"{task}[{index}]": m for _, _, task, index, m in found}
 
 

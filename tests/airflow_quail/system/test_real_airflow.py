@@ -41,6 +41,25 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def _the_quail_page(base: str, token: str, run: str, tmp_path: Path) -> None:
+    """The plugin is mounted on the real api-server: a user sees the run's Quail tasks, an anonymous
+    request is refused; headless Chromium, where installed, takes a screenshot of the page."""
+    import shutil
+
+    assert httpx.get(f"{base}/quail/runs/quail_jokes/{run}").status_code in (401, 403)
+    page = httpx.get(f"{base}/quail/runs/quail_jokes/{run}", headers={"Authorization": f"Bearer {token}"})
+    assert page.status_code == 200 and all(t in page.text for t in ("tech", "theme", "by_technology", "audience"))
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        return
+    # the page is self-contained (inline SVG, no script or asset), so its saved HTML renders as served
+    (tmp_path / "quail.html").write_text(page.text)
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,540",
+                    f"--screenshot={tmp_path / 'quail-page.png'}", f"file://{tmp_path / 'quail.html'}"],
+                   check=True, capture_output=True, timeout=120)
+    assert (tmp_path / "quail-page.png").stat().st_size > 10_000
+
+
 def test_jokes_dag_under_a_real_airflow(airflow_env, tmp_path):
     env, airflow = airflow_env
     port = _free_port()
@@ -69,6 +88,7 @@ def test_jokes_dag_under_a_real_airflow(airflow_env, tmp_path):
         tasks = {t["task_id"]: t["state"] for t in api.get(f"/dags/quail_jokes/dagRuns/{run}/taskInstances")
                  .json()["task_instances"]}
         assert state == "success", (tasks, (tmp_path / "scheduler.log").read_text()[-3000:])
+        _the_quail_page(base, token, run, tmp_path)
     finally:
         # each process stops its own children: signalling the whole group races the LocalExecutor's
         # shutdown, whose pool then waits forever for workers that died first

@@ -28,18 +28,15 @@ from quail.executor.retention_pool import RetentionPool
 from quail.executor.stats import Stats
 from quail.planner.prefix_tree import PrefixTree
 
-_serials = itertools.count()
-
-
 @dataclass(eq=False)
 class _Active:
     group: Group
     index: int
     program: Program
     gen: ProgramGen
+    serial: int  # its key in Scheduler.active
     requests: list[Request] = field(default_factory=list)
     live: bool = True
-    serial: int = field(default_factory=lambda: next(_serials))
 
 
 class Scheduler:
@@ -53,6 +50,7 @@ class Scheduler:
         self.driver = Driver(self._step)
         self.groups: list[Group] = []
         self.active: dict[int, _Active] = {}  # by serial, in admission order
+        self._serials = itertools.count()
         self.queued_tokens = 0  # not yet computed, in the admitted programs' requests
         self.forward_passes = 0
         self.visits = 0  # programs and buckets the current step looked at
@@ -129,7 +127,7 @@ class Scheduler:
             if bucket.exhausted and bucket.hold is not None:
                 adm.unhold(bucket)
             adm.reserved += g.programs[i].pages
-            act = _Active(g, i, g.programs[i], g.programs[i].start(start))
+            act = _Active(g, i, g.programs[i], g.programs[i].start(start), next(self._serials))
             if not self._advance(act, None):
                 return
             if act.requests:

@@ -41,6 +41,6 @@ class QuailHook(BaseHook):
         if host:
             location = host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"
             return WorkerClient(location, token or None)
-        location = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
-                                       extra.get("arena_pages"))
-        return WorkerClient(location)
+        location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
+                                              extra.get("arena_pages"))
+        return WorkerClient(location, token)

@@ -26,8 +26,8 @@ def _workers() -> list[dict]:
     from quail.worker.local import local_workers
 
     out = []
-    for location in local_workers():
-        client = WorkerClient(location, timeout=5)
+    for location, token in local_workers():
+        client = WorkerClient(location, token, timeout=5)
         try:
             out.append({"location": location, "info": client.info(), "jobs": client.status()})
         except QuailError:

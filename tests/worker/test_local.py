@@ -6,11 +6,23 @@ import sys
 import time
 
 
-def test_quail_worker_stop_stops_the_local_worker(tmp_path, monkeypatch):
+def test_the_local_worker_admits_only_its_owner_and_quail_worker_stop_stops_it(tmp_path, monkeypatch):
+    import pytest
+
+    from quail.errors import QuailError
+    from quail.worker.client import WorkerClient
     from quail.worker.local import ensure_local_worker
 
     monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
-    ensure_local_worker("smollm2-135m", "float32", 256)
+    location, token = ensure_local_worker("smollm2-135m", "float32", 256)
+    [token_file] = (tmp_path / "worker").glob("*.token")
+    assert token_file.stat().st_mode & 0o777 == 0o600 and (tmp_path / "worker").stat().st_mode & 0o777 == 0o700
+    assert token_file.read_text() == token and len(token) >= 32
+    for wrong in (None, "guess", token + "x"):
+        with pytest.raises(QuailError, match="refused the token"):
+            WorkerClient(location, wrong).status()
+    assert WorkerClient(location, token).status() == []
+    assert ensure_local_worker("smollm2-135m", "float32", 256) == (location, token)  # found, not restarted
     [pid_file] = (tmp_path / "worker").glob("*.pid")
     pid = int(pid_file.read_text())
     out = subprocess.run([sys.executable, "-m", "quail.cli", "worker", "stop"], capture_output=True, text=True,

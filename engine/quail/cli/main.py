@@ -122,7 +122,10 @@ def _worker(args) -> None:
     if args.action == "status":
         from quail.worker.client import WorkerClient
 
-        for job in WorkerClient(location, args.token).status():
+        from quail.worker.local import local_token
+
+        token = args.token or (local_token(Path(args.socket).resolve()) if args.socket else None)
+        for job in WorkerClient(location, token).status():
             stats = job["stats"] or {}
             print(f"{job['job'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
                   f"{job['identity']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "

@@ -5,6 +5,7 @@ file lock so concurrent tasks never start two, gone after an idle timeout."""
 import fcntl
 import hashlib
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -15,37 +16,57 @@ from quail.paths import home
 from quail.worker.client import WorkerClient
 
 
-def _answers(location: str) -> bool:
+def local_token(sock: Path) -> str | None:
+    """A local worker's token, from the file beside its socket that only its user can read."""
+    path = sock.with_suffix(".token")
+    return path.read_text().strip() if path.exists() else None
+
+
+def _new_token(sock: Path) -> str:
+    path = sock.with_suffix(".token")
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32))
+    return local_token(sock)
+
+
+def _answers(location: str, token: str | None) -> bool:
     try:
-        WorkerClient(location, timeout=5).status()
+        WorkerClient(location, token, timeout=5).status()
         return True
     except QuailError:
         return False
 
 
 def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None = None,
-                        idle_timeout: float = 600.0, start_timeout: float = 600.0) -> str:
-    """The location of a running local worker for this model, started if none answers."""
+                        idle_timeout: float = 600.0, start_timeout: float = 600.0) -> tuple[str, str]:
+    """The location and token of a running local worker for this model, started if none answers.
+    Its folder is private (0700) and it admits only the holder of its token, a random one in a 0600
+    file beside its socket: other local users can neither reach it nor read its results."""
     ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}".encode()).hexdigest()[:12]
     folder = home() / "worker"
     folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
     sock = folder / f"{ident}.sock"
     location = f"grpc+unix://{sock}"
     with open(folder / f"{ident}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if sock.exists() and _answers(location):
-            return location
+        token = local_token(sock)
+        if sock.exists() and token and _answers(location, token):
+            return location, token
         sock.unlink(missing_ok=True)
+        token = _new_token(sock)
         argv = [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", model, "--dtype", dtype,
                 "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
         if arena_pages:
             argv += ["--arena-pages", str(arena_pages)]
         log = open(folder / f"{ident}.log", "ab")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                env=dict(os.environ, QUAIL_WORKER_TOKEN=""))
+                                env=dict(os.environ, QUAIL_WORKER_TOKEN=token))
         (folder / f"{ident}.pid").write_text(str(proc.pid))
         deadline = time.time() + start_timeout
-        while not (sock.exists() and _answers(location)):
+        while not (sock.exists() and _answers(location, token)):
             if proc.poll() is not None:
                 raise QuailError(f"the local Quail worker exited with code {proc.returncode}; "
                                  f"see {folder / f'{ident}.log'}")
@@ -53,13 +74,13 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
                 raise QuailError(f"the local Quail worker did not start in {start_timeout:.0f} s; "
                                  f"see {folder / f'{ident}.log'}")
             time.sleep(0.5)
-    return location
+    return location, token
 
 
-def local_workers() -> list[str]:
-    """The locations of the local workers that answer now; none is started."""
-    return [f"grpc+unix://{sock}" for sock in sorted((home() / "worker").glob("*.sock"))
-            if _answers(f"grpc+unix://{sock}")]
+def local_workers() -> list[tuple[str, str]]:
+    """The locations and tokens of the local workers that answer now; none is started."""
+    found = [(f"grpc+unix://{sock}", local_token(sock)) for sock in sorted((home() / "worker").glob("*.sock"))]
+    return [(location, token) for location, token in found if token and _answers(location, token)]
 
 
 def stop_local_workers(folder: Path | None = None) -> list[int]:

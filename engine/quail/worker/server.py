@@ -7,6 +7,7 @@ forward passes; KV retained by one task is there for the next. Results stay unti
 for `ttl` seconds.
 """
 
+import hmac
 import json
 import threading
 import time
@@ -32,10 +33,11 @@ class Cancelled(QuailError):
 
 class _TokenCheck(flight.ServerMiddlewareFactory):
     def __init__(self, token: str):
-        self.expected = f"Bearer {token}"
+        self.expected = f"Bearer {token}".encode()
 
     def start_call(self, info, headers):
-        if self.expected not in headers.get("authorization", []):
+        sent = headers.get("authorization", [])
+        if len(sent) != 1 or not hmac.compare_digest(sent[0].encode(), self.expected):
             raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
 
 

@@ -24,11 +24,12 @@ from quail.kinds import kind_of
 from quail.ops.prompts import DEFAULT_QUESTION
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.tables import text_column
-from quail.planner.plan import OperatorPlan, plan
+from quail.planner.plan import OperatorPlan, Plan, plan
+from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity, Window
+from quail.worker.jobs import Identity, Submission, Window
 from quail.worker.protocol import documents_digest, submission_digest
 
 
@@ -39,6 +40,7 @@ class _TaskRun:
     identity: Identity
     stage: WindowStage
     client: WorkerClient
+    plan: Plan  # the DAG's plan (or the operator's alone), for the predicted accounting
     op: OperatorPlan
     reuse: Reuse
     total_rows: int | None  # None: not known before reading it all
@@ -77,15 +79,18 @@ class _LLMOperator(BaseOperator):
     def spec(self) -> OperatorSpec:
         raise NotImplementedError
 
-    def plan_entry(self) -> OperatorPlan:
-        """The entry the policy (or plan_quail_dag) stored; else planned from the DAG, or alone."""
-        if self.quail_plan:
-            return OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
+    def plan_entry(self) -> tuple[Plan, OperatorPlan]:
+        """The DAG's plan (or the operator's alone, outside a DAG) and the operator's entry: the one
+        the policy (or plan_quail_dag) stored, else the plan's."""
         if self.has_dag():
             from airflow_quail.planning import dag_plan
 
-            return dag_plan(self.dag)[self.task_id]
-        return plan([self.spec()])[self.task_id]
+            whole = dag_plan(self.dag)
+        else:
+            whole = plan([self.spec()])
+        if self.quail_plan:
+            return whole, OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
+        return whole, whole[self.task_id]
 
     def _windows(self):
         """Per window of the first input: (number, its first row, the input tables, the documents,
@@ -117,14 +122,14 @@ class _LLMOperator(BaseOperator):
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
             run = _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
-                           QuailHook(self.quail_conn_id).get_conn(), self.plan_entry(),
+                           QuailHook(self.quail_conn_id).get_conn(), *self.plan_entry(),
                            Reuse() if self.reuse else Reuse.none(), source_rows(self.inputs()[0][0]))
             spec, started, done, records = self.spec(), time.monotonic(), [], []
             for k, offset, tables, docs, last in self._windows():
                 counted = sum(r["counted"] for r in records)
                 part = spec if spec.limit is None else replace(spec, limit=spec.limit - counted)
                 documents = documents_digest(docs)
-                digest = submission_digest(part, run.op, run.reuse, documents)
+                digest = submission_digest(Submission(identity, part, run.op, run.reuse, plan=run.plan), documents)
                 record = run.stage.done(k, digest)
                 if record is not None:
                     self.log.info("window %d (rows from %d) was staged by an earlier try", k, offset)
@@ -145,19 +150,21 @@ class _LLMOperator(BaseOperator):
             run.stage.clear()
         except QuailError as e:
             raise AirflowException(str(e)) from None
-        stats = Stats.from_dict(records[0]["stats"])
+        stats, predicted = Stats.from_dict(records[0]["stats"]), Prediction()
         for r in records[1:]:
             stats.merge(Stats.from_dict(r["stats"]))
+        for r in records:
+            predicted.add(Prediction.from_dict(r["predicted"]))
         self.rows_out = sum(r["rows"] for r in records)
-        plan_hash = json.loads(self.quail_plan)["plan_hash"] if self.quail_plan else None
         return {"target": self.target, "rows_in": sum(r["rows_in"] for r in records), "rows_out": self.rows_out,
-                "windows": len(records), "stats": stats.to_dict(),
+                "windows": len(records), "stats": stats.to_dict(), "predicted": predicted.rounded(),
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
-                "plan": json.loads(json.dumps({"plan_hash": plan_hash, "operator": asdict(run.op)}))}
+                "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
 
     def _compute(self, run: "_TaskRun", k: int, part: OperatorSpec, docs, window: Window) -> dict:
         """Window k's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""
-        job, attached = run.client.submit(replace(run.identity, window=k), part, run.op, run.reuse, docs, window)
+        job, attached = run.client.submit(replace(run.identity, window=k), part, run.op, run.reuse, docs, window,
+                                          run.plan)
         self.job_id = job
         self.log.info("Quail job %s %s for window %d (rows from %d)", job, "re-attached" if attached else "submitted",
                       k, window.first_row)
@@ -176,7 +183,7 @@ class _LLMOperator(BaseOperator):
         answers = run.client.fetch(status["job"])
         table = kind.shape(part, kind.in_window(answers, offset), tables, self.inputs()[0][0])
         record = {"rows": table.num_rows, "rows_in": tables[0].num_rows, "counted": kind.counted_rows(answers),
-                  "stats": status["stats"]}
+                  "stats": status["stats"], "predicted": status["predicted"]}
         run.stage.put(k, digest, table, record)
         return record
 

@@ -62,7 +62,39 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
     table = ("<table><tr><th class='l'>task</th><th>rows in</th><th>rows out</th><th class='l'>chain mode</th>"
              "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th><th>rewind</th>"
              "<th>prefix</th><th>retention</th><th>without reuse</th><th>saved</th></tr>" + "".join(rows) + "</table>")
-    return page(f"{dag_id} / {run_id}", "<h2>Tokens by task</h2>" + tokens_svg(tasks) + table)
+    return page(f"{dag_id} / {run_id}", "<h2>Tokens by task</h2>" + tokens_svg(tasks) + table
+                + "<h2>Predicted and actual</h2>" + predicted_html(tasks))
+
+
+def predicted_html(tasks: dict[str, dict]) -> str:
+    """The planner's expected tokens (from the documents each window held) beside what ran: how far
+    to trust the plan's choices. A manifest from before predictions were kept shows none."""
+    parts = ("computed", *MECHANISMS)
+
+    def count(doc: dict, part: str) -> int:
+        return doc["tokens_computed"] if part == "computed" else doc["tokens_reused"][part]
+
+    rows = []
+    for name, m in tasks.items():
+        p, s = m.get("predicted"), m["stats"]
+        if p is None:
+            continue
+        cells = "".join(f"<td>{count(p, k):,}</td><td>{count(s, k):,}</td><td>{_deviation(count(p, k), count(s, k))}</td>"
+                        for k in parts)
+        rows.append(f"<tr><td class='l'>{escape(name)}</td>{cells}</tr>")
+    if not rows:
+        return "<p class='muted'>No prediction was kept for these tasks.</p>"
+    head = "".join(f"<th colspan='3'>{k}</th>" for k in parts)
+    sub = "<th>predicted</th><th>actual</th><th>off by</th>" * len(parts)
+    return f"<table><tr><th class='l' rowspan='2'>task</th>{head}</tr><tr>{sub}</tr>{''.join(rows)}</table>"
+
+
+def _deviation(predicted: int, actual: int) -> str:
+    if predicted == actual:
+        return "0%"
+    if actual == 0:
+        return "<span class='muted'>-</span>"
+    return f"{(predicted - actual) / actual:+.1%}"
 
 
 def tokens_svg(tasks: dict[str, dict], width: int = 720, bar: int = 22) -> str:

@@ -262,3 +262,21 @@ def test_an_ended_job_keeps_its_answers_but_not_its_documents(worker):
     status = client.wait(job, poll=0.05)
     assert status["rows"] == len(TEXTS) and client.fetch(job).num_rows == len(TEXTS)
     assert server.jobs[job].inputs == []  # memory follows the windows in flight, not every table seen
+
+
+def test_a_job_reports_the_plans_prediction_beside_its_accounting(worker):
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    p = plan(SPECS)
+    done = {}
+    for spec in SPECS:
+        job, _ = client.submit(Identity("news", spec.name, "r1"), spec, p[spec.name], Reuse(), _inputs(), plan=p)
+        done[spec.name] = client.wait(job, poll=0.05)
+    for s in done.values():  # one predicate, one question: every document is asked once, as predicted
+        assert s["predicted"]["tokens_naive"] == s["stats"]["tokens_naive"] > 0
+        assert sum(s["predicted"]["tokens_reused"].values()) + s["predicted"]["tokens_computed"] == \
+               s["predicted"]["tokens_naive"]
+    assert done["kind"]["predicted"]["tokens_reused"]["retention"] > 0  # the plan keeps the filter's KV for it
+    # without the plan, the entry is predicted alone: nothing upstream to keep KV for it
+    job, _ = client.submit(Identity("news", "kind", "r2"), SPECS[1], p["kind"], Reuse(), _inputs())
+    assert client.wait(job, poll=0.05)["predicted"]["tokens_reused"]["retention"] == 0

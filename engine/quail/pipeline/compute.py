@@ -5,7 +5,8 @@ import pyarrow as pa
 
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
-from quail.planner.plan import OperatorPlan
+from quail.planner.plan import OperatorPlan, Plan
+from quail.planner.predict import Prediction, predict_operator
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Retain, Reuse
 from quail.session import Session
@@ -26,3 +27,12 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
     reuse = Reuse(op.chain_mode and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
                   reuse.borrowing)
     return kind_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
+
+
+def predict(session: Session, plan: Plan, spec: OperatorSpec, texts: list[str], partners: list[str],
+            reached: bool = False) -> Prediction:
+    """The plan's expected accounting of `spec` over these documents (and a join's partners);
+    `reached`: they are the rows that reached it, not the rows of its source table."""
+    kind, layout = kind_of(spec.kind), session.layout
+    t = kind.tokens(layout, spec, layout.documents(texts), partners)
+    return predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached)

@@ -14,12 +14,12 @@ from pathlib import Path
 from quail.cost.observed import SelectivityStore
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
-from quail.pipeline.compute import compute
+from quail.pipeline.compute import compute, predict
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 from quail.pipeline.tables import text_column
 from quail.planner.plan import Plan
-from quail.planner.predict import Prediction, predict_operator
+from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
@@ -75,12 +75,11 @@ class Runner:
 
         out = {}
         for s in plan.specs:
-            kind, layout = kind_of(s.kind), session.layout
-            partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if kind.arity > 1 else []
+            many = kind_of(s.kind).arity > 1
+            partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if many else []
             total = Prediction()
             for part in texts(table_of(s.inputs[0]), s.columns[0]):
-                t = kind.tokens(layout, s, layout.documents(part), partners)
-                total.add(predict_operator(plan, s.name, t, session.engine.plan.page_size))
+                total.add(predict(session, plan, s, part, partners))
             out[s.name] = total
         return out
 

@@ -39,11 +39,26 @@ class Plan:
 
     @property
     def hash(self) -> str:
-        doc = {"specs": [s.to_dict() for s in self.specs], "operators": [asdict(o) for o in self.operators]}
-        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
     def __getitem__(self, name: str) -> OperatorPlan:
         return next(o for o in self.operators if o.name == name)
+
+    def to_dict(self) -> dict:
+        """Plain JSON (tuples as lists), as it travels to the worker and into XCom."""
+        return json.loads(json.dumps({"specs": [s.to_dict() for s in self.specs],
+                                      "operators": [asdict(o) for o in self.operators]}))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        return cls(tuple(OperatorSpec.from_dict(s) for s in d["specs"]),
+                   tuple(OperatorPlan.from_dict(o) for o in d["operators"]))
+
+    def with_entry(self, op: OperatorPlan) -> "Plan":
+        """This plan with one operator's entry replaced."""
+        if all(o.name != op.name for o in self.operators):
+            raise QuailError(f"the plan has no operator {op.name!r}")
+        return Plan(self.specs, tuple(op if o.name == op.name else o for o in self.operators))
 
 
 def _validate(specs: list[OperatorSpec]) -> None:

@@ -36,6 +36,10 @@ class Prediction:
         for k, v in other.tokens_reused.items():
             self.tokens_reused[k] += v
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Prediction":
+        return cls(d["tokens_naive"], d["tokens_computed"], dict(d["tokens_reused"]))
+
     def rounded(self) -> dict:
         return {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),
                 "tokens_reused": {k: round(v) for k, v in self.tokens_reused.items()}}
@@ -52,16 +56,20 @@ def predict(plan: Plan, tokens: dict[str, OperatorTokens], page_size: int = 16) 
     return {s.name: predict_operator(plan, s.name, tokens[s.name], page_size) for s in plan.specs}
 
 
-def predict_operator(plan: Plan, name: str, t: OperatorTokens, page_size: int = 16) -> Prediction:
+def predict_operator(plan: Plan, name: str, t: OperatorTokens, page_size: int = 16,
+                     reached: bool = False) -> Prediction:
     """The expected accounting of one operator over the documents in `t`; additive over disjoint
-    sets of documents (windows), as the sharing plan is made per window."""
+    sets of documents (windows), as the sharing plan is made per window. `reached`: the documents
+    are the rows that reached the operator (a job's), not the rows of its source table, which reach
+    it with the selectivity of the filters before it."""
     specs = list(plan.specs)
     k = next(i for i, s in enumerate(specs) if s.name == name)
     spec, op, kind = specs[k], plan[name], kind_of(specs[k].kind)
     lines = lineages(specs)
     sel = {o.name: o.selectivity for o in plan.operators if o.selectivity is not None}
     line = lines[spec.name]
-    reach = _product(sel[f] for f in line.filters)
+    upstream = _product(sel[f] for f in line.filters)
+    reach = 1.0 if reached else upstream
     held = 0.0  # probability that a row reaching this operator finds its KV retained
     for x in specs[:k]:
         keep = plan[x.name].retain
@@ -69,7 +77,7 @@ def predict_operator(plan: Plan, name: str, t: OperatorTokens, page_size: int = 
             continue
         lx = lines[x.name]
         kept = lx.filters if keep.failed > 0 or not kind_of(x.kind).narrows else lx.filters | {x.name}
-        held = max(held, _product(sel[f] for f in kept | line.filters) / max(reach, 1e-12))
+        held = max(held, _product(sel[f] for f in kept | line.filters) / max(upstream, 1e-12))
     tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
     p = Prediction()
     prompts, common = kind.prompts(t, sel.get(spec.name))

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quail.errors import QuailError
-from quail.planner.plan import OperatorPlan
+from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
-from quail.worker.jobs import ENDED, Identity, Window
+from quail.worker.jobs import ENDED, Identity, Submission, Window
 from quail.worker.protocol import documents_table, submit_command
 
 
@@ -40,10 +40,13 @@ class WorkerClient:
         return json.loads(result.body.to_pybytes())
 
     def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
-               inputs: list[tuple[list[str], list[int]]], window: Window = Window()) -> tuple[str, bool]:
-        """Returns the job id, and whether it attached to a job this identity submitted before."""
+               inputs: list[tuple[list[str], list[int]]], window: Window = Window(),
+               plan: Plan | None = None) -> tuple[str, bool]:
+        """Returns the job id, and whether it attached to a job this identity submitted before.
+        `plan`: the whole plan `op` belongs to, for the predicted accounting."""
         table = documents_table(inputs)
-        descriptor = flight.FlightDescriptor.for_command(submit_command(identity, spec, op, reuse, window))
+        command = submit_command(Submission(identity, spec, op, reuse, window, plan))
+        descriptor = flight.FlightDescriptor.for_command(command)
         def put(options):
             writer, reader = self.client.do_put(descriptor, table.schema, options=options)
             with writer:

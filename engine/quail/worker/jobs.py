@@ -6,9 +6,9 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-from quail.reuse import Reuse
-from quail.planner.plan import OperatorPlan
+from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
 
 
 ENDED = ("done", "failed", "cancelled")  # a job in one of these states never changes again
@@ -43,16 +43,29 @@ class Window:
     last: bool = True  # the operator's last window: KV kept for it can go after this job
 
 
-@dataclass
-class Job:
+@dataclass(frozen=True)
+class Submission:
+    """What a task asks of the worker, less the documents."""
+
     identity: Identity
     spec: OperatorSpec
-    op: OperatorPlan
+    op: OperatorPlan  # the operator's plan entry: how it computes
     reuse: Reuse
+    window: Window = Window()
+    plan: Plan | None = None  # the plan the entry belongs to; None: the operator was planned alone
+
+    @property
+    def dag_plan(self) -> Plan:
+        """What the job's accounting is predicted from: the whole plan, holding this entry."""
+        return (self.plan or Plan((self.spec,), (self.op,))).with_entry(self.op)
+
+
+@dataclass
+class Job:
+    submission: Submission
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
-    window: Window = Window()
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
@@ -62,12 +75,25 @@ class Job:
     finished: float | None = None
     answers: pa.Table | None = None
     stats: dict | None = None
+    predicted: dict | None = None  # the plan's expected accounting of these documents
     error: str | None = None
     cancel_requested: bool = False
     rows: int = field(init=False)
 
     def __post_init__(self):
         self.rows = len(self.inputs[0][0])
+
+    @property
+    def identity(self) -> Identity:
+        return self.submission.identity
+
+    @property
+    def spec(self) -> OperatorSpec:
+        return self.submission.spec
+
+    @property
+    def window(self) -> Window:
+        return self.submission.window
 
     def release_inputs(self) -> None:
         """An ended job keeps its answers until they expire, not its documents: a worker's memory
@@ -89,4 +115,4 @@ class Job:
                 "tokens_per_second": self.tokens_computed / running if running else 0.0,
                 "first_row": self.window.first_row, "table_rows": self.window.table_rows,
                 "eta_seconds": left / rate if left is not None and rate else None,
-                "stats": self.stats, "error": self.error}
+                "stats": self.stats, "predicted": self.predicted, "error": self.error}

@@ -1,13 +1,15 @@
 """What travels between operators and the worker over Arrow Flight: JSON commands and Arrow
 tables, never pickle.
 
-submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse, window}; the table has one
-row per document: input (0, or 1 for a join's right side), row (the input row number), text.
+submit (do_put): the descriptor's command is JSON {identity, spec, plan, reuse, window, dag_plan}:
+plan is the operator's entry, dag_plan the whole plan it belongs to, from which the worker predicts
+the job's accounting (predicted vs actual). The table has one row per document: input (0, or 1 for
+a join's right side), row (the input row number), text.
 The worker answers with JSON {job, attached} in the put's metadata.
 
-A job is matched by its identity *and* its content (`content_digest`): the spec, the plan entry, the
-reuse switches, the worker's model and the documents. A retry with the same content re-attaches; the
-same identity with other content (a cleared task whose input changed, or someone else's submission
+A job is matched by its identity *and* its content (`content_digest`): the spec, the plan entry and
+the plan, the reuse switches, the worker's model and the documents. A retry with the same content
+re-attaches; the same identity with other content (a cleared task whose input changed, or someone else's submission
 for a predictable run id) is a new job.
 """
 
@@ -19,23 +21,25 @@ import pyarrow as pa
 
 from quail.errors import QuailError
 from quail.kinds import KINDS
-from quail.planner.plan import OperatorPlan
+from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
-from quail.worker.jobs import Identity, Window
+from quail.worker.jobs import Identity, Submission, Window
 
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])
 
 
-def submit_command(identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
-                   window: Window = Window()) -> bytes:
-    return json.dumps({"identity": asdict(identity), "spec": spec.to_dict(), "plan": asdict(op),
-                       "reuse": asdict(reuse), "window": asdict(window)}).encode()
+def submit_command(submission: Submission) -> bytes:
+    sub = submission
+    return json.dumps({"identity": asdict(sub.identity), "spec": sub.spec.to_dict(), "plan": asdict(sub.op),
+                       "reuse": asdict(sub.reuse), "window": asdict(sub.window),
+                       "dag_plan": sub.plan.to_dict() if sub.plan else None}).encode()
 
 
-def _canonical(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse) -> bytes:
-    """Re-serialized from the parsed objects, so the client's JSON layout never matters."""
-    return json.dumps({"spec": spec.to_dict(), "plan": asdict(op), "reuse": asdict(reuse)}, sort_keys=True).encode()
+def _canonical(sub: Submission) -> bytes:
+    """What it asks, re-serialized from the parsed objects, so the client's JSON layout never matters."""
+    return json.dumps({"spec": sub.spec.to_dict(), "plan": asdict(sub.op), "reuse": asdict(sub.reuse),
+                       "dag_plan": sub.plan.hash if sub.plan else None}, sort_keys=True).encode()
 
 
 def documents_digest(inputs: list[tuple[list[str], list[int]]]) -> str:
@@ -47,31 +51,34 @@ def documents_digest(inputs: list[tuple[list[str], list[int]]]) -> str:
     return h.hexdigest()
 
 
-def submission_digest(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, documents: str) -> str:
+def submission_digest(submission: Submission, documents: str) -> str:
     """What a submission asks, whoever computes it: the task's key for a window it staged."""
-    return hashlib.sha256(_canonical(spec, op, reuse) + b"\x1f" + documents.encode()).hexdigest()
+    return hashlib.sha256(_canonical(submission) + b"\x1f" + documents.encode()).hexdigest()
 
 
-def content_digest(spec: OperatorSpec, op: OperatorPlan, reuse: Reuse, model: str, documents: str) -> str:
-    return hashlib.sha256(f"{submission_digest(spec, op, reuse, documents)}\x1f{model}".encode()).hexdigest()
+def content_digest(submission: Submission, model: str, documents: str) -> str:
+    return hashlib.sha256(f"{submission_digest(submission, documents)}\x1f{model}".encode()).hexdigest()
 
 
-def parse_submit(command: bytes) -> tuple[Identity, OperatorSpec, OperatorPlan, Reuse, Window]:
+def parse_submit(command: bytes) -> Submission:
     try:
         doc = json.loads(command)
         identity, spec = Identity(**doc["identity"]), OperatorSpec.from_dict(doc["spec"])
         op, reuse = OperatorPlan.from_dict(doc["plan"]), Reuse(**doc["reuse"])
         window = Window(**doc.get("window", {}))
+        whole = Plan.from_dict(doc["dag_plan"]) if doc.get("dag_plan") is not None else None
         if not (isinstance(window.last, bool) and isinstance(window.first_row, int) and window.first_row >= 0
                 and (window.table_rows is None or isinstance(window.table_rows, int))):
             raise TypeError(f"window {doc['window']!r}: first_row a row number, table_rows a count or null, "
                             f"last true or false")
-    except (ValueError, KeyError, TypeError) as e:
+        submission = Submission(identity, spec, op, reuse, window, whole)
+        submission.dag_plan  # the entry must belong to the plan
+    except (ValueError, KeyError, TypeError, QuailError) as e:
         raise QuailError(f"a malformed job submission: {e}") from None
     if spec.kind not in KINDS:
         raise QuailError(f"a job submission: kind {spec.kind!r} is not one of {', '.join(KINDS)}")
     KINDS[spec.kind].validate(spec, f"a job submission, operator {spec.name!r}")
-    return identity, spec, op, reuse, window
+    return submission
 
 
 def documents_table(inputs: list[tuple[list[str], list[int]]]) -> pa.Table:

@@ -19,9 +19,10 @@ import pyarrow.flight as flight
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.kinds import KINDS
-from quail.pipeline.compute import compute
+from quail.pipeline.compute import compute, predict
+from quail.planner.predict import Prediction
 from quail.session import Session
-from quail.worker.jobs import Job
+from quail.worker.jobs import Job, Submission
 from quail.worker.protocol import content_digest, documents_digest, parse_submit, split_documents
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -96,12 +97,13 @@ class Worker(flight.FlightServerBase):
     def do_put(self, context, descriptor, reader, writer):
         self.last_call = time.time()
         try:
-            identity, spec, op, reuse, window = parse_submit(descriptor.command)
-            inputs = split_documents(reader.read_all(), KINDS[spec.kind].arity)
+            submission = parse_submit(descriptor.command)
+            inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
         except QuailError as e:
             raise flight.FlightServerError(str(e))
         documents = documents_digest(inputs)
-        content = content_digest(spec, op, reuse, self.model, documents)
+        content = content_digest(submission, self.model, documents)
+        identity = submission.identity
         with self.lock:
             self._expire()
             existing = self.jobs.get(self.by_identity.get(identity.key, ""))
@@ -112,7 +114,7 @@ class Worker(flight.FlightServerBase):
             else:
                 if existing is not None:  # stale: the task's input or its operator changed since
                     self._cancel(existing)
-                job = Job(identity, spec, op, reuse, inputs, content, documents, window)
+                job = Job(submission, inputs, content, documents)
                 self.jobs[job.id] = job
                 self.by_identity[identity.key] = job.id
                 self.runners.submit(self._run, job)
@@ -155,6 +157,12 @@ class Worker(flight.FlightServerBase):
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
                 "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size}
 
+    def _predict(self, sub: Submission, inputs: list[tuple[list[str], list[int]]]) -> Prediction:
+        """The plan's expected accounting of the job's documents, beside the actual: the figures the
+        planner decided on, checked run by run."""
+        partners = inputs[1][0] if len(inputs) > 1 else []
+        return predict(self.session, sub.dag_plan, sub.spec, inputs[0][0], partners, reached=True)
+
     # the job loop
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -183,8 +191,10 @@ class Worker(flight.FlightServerBase):
                 raise Cancelled(f"job {job.id} was cancelled")
 
         try:
-            answers, stats = compute(self.session, job.spec, job.op, job.reuse, job.inputs, progress=progress,
-                                     scope=job.identity.scope)
+            sub = job.submission
+            answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
+                                     scope=sub.identity.scope)
+            job.predicted = self._predict(sub, job.inputs).rounded()
             if (seen := KINDS[job.spec.kind].observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)

@@ -38,6 +38,8 @@ def test_every_route_wants_an_airflow_user(airflow_env):
 MANIFEST = {"target": "sql://db/tech", "rows_in": 24, "rows_out": 17, "windows": 1,
             "stats": {"tokens_computed": 1730, "tokens_naive": 2938,
                       "tokens_reused": {"rewind": 824, "prefix": 384, "retention": 0}},
+            "predicted": {"tokens_computed": 1903, "tokens_naive": 2938,
+                          "tokens_reused": {"rewind": 651, "prefix": 384, "retention": 0}},
             "plan": {"plan_hash": "abc", "operator": {"chain_mode": True, "prefix_sharing": True,
                                                       "retain": {"consumers": ["theme", "audience"]}}}}
 
@@ -45,6 +47,9 @@ MANIFEST = {"target": "sql://db/tech", "rows_in": 24, "rows_out": 17, "windows":
 def test_a_run_page_shows_each_tasks_plan_and_tokens_charted():
     html = run_html("quail_jokes", "r1", {"tech": MANIFEST})
     assert "theme, audience" in html and "1,730" in html and "2,938" in html and "41%" in html  # 1 - 1730/2938
+    # predicted beside actual, off by (predicted - actual) / actual
+    assert "<td>1,903</td><td>1,730</td><td>+10.0%</td>" in html and "<td>651</td><td>824</td><td>-21.0%</td>" in html
+    assert "<td>0</td><td>0</td><td>0%</td>" in html
     svg = tokens_svg({"tech": MANIFEST}, width=740)
     # bars as long as the counts: the no-reuse count spans the 600 pixels after the label
     widths = [float(w) for w in __import__("re").findall(r"width='([\d.]+)' height='22'", svg)]

@@ -57,6 +57,8 @@ def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
     assert set(page["tasks"]) == set(JOKES_TASKS)  # the Quail page reads the tasks' XCom manifests
     for task in JOKES_TASKS:
         assert page["tasks"][task]["stats"] == stats[task]
+        assert page["tasks"][task]["predicted"]["tokens_naive"] > 0  # the plan's figures beside the actual
+    assert all(page["tasks"][t]["predicted"]["tokens_reused"]["retention"] > 0 for t in JOKES_TASKS[1:])
     assert page["tasks"]["tech"]["plan"]["operator"]["retain"]["consumers"] == JOKES_TASKS[1:]
 
 

@@ -54,7 +54,7 @@ def _the_quail_page(base: str, token: str, run: str, tmp_path: Path) -> None:
         return
     # the page is self-contained (inline SVG, no script or asset), so its saved HTML renders as served
     (tmp_path / "quail.html").write_text(page.text)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,540",
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,780",
                     f"--screenshot={tmp_path / 'quail-page.png'}", f"file://{tmp_path / 'quail.html'}"],
                    check=True, capture_output=True, timeout=120)
     assert (tmp_path / "quail-page.png").stat().st_size > 10_000

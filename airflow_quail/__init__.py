@@ -1,5 +1,6 @@
 """Apache Airflow provider for Quail: LLM filter, classify and join operators on a Quail worker."""
 
+from quail.constants import DEVICE_HELP
 from quail.model.registry import DTYPE_CHOICES
 
 __version__ = "0.1.0"
@@ -20,6 +21,8 @@ def get_provider_info() -> dict:
                     "model": {"label": "Model", "schema": {"type": ["string", "null"]},
                               "description": "An embedded model name, a .gguf file or a HF directory (local worker)"},
                     "dtype": {"label": "Dtype", "schema": {"type": ["string", "null"], "enum": [*DTYPE_CHOICES, None]}},
+                    "device": {"label": "Device", "schema": {"type": ["string", "null"]},
+                               "description": f"{DEVICE_HELP} (local worker); two GPUs: two workers"},
                     "arena_pages": {"label": "Arena pages", "schema": {"type": ["integer", "null"]}},
                 },
                 "ui-field-behaviour": {

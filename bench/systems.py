@@ -74,7 +74,7 @@ def transformers_model(name: str, dtype):
     hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path.parent, gguf_file=path.name),
                                           dtype=dtype).eval()
     _, weights, _ = load_weights(name)
-    missing, unexpected = hf.load_state_dict(weights, strict=False)
+    missing, unexpected = hf.load_state_dict(dict(weights), strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     hf.tie_weights()
     return hf

@@ -51,7 +51,10 @@ def smollm2():
 def smollm2_for_every_session(monkeypatch, smollm2):
     """Every Session.open (the CLI's, a pipeline's) reuses one loaded smollm2 instead of reading the
     GGUF again."""
-    monkeypatch.setattr("quail.session.load_model", lambda spec, dtype: smollm2)
+    from quail.device import resolve_device
+
+    # the device is still resolved, so a --device the machine lacks is refused as it would be
+    monkeypatch.setattr("quail.session.load_model", lambda spec, dtype, device="auto": (resolve_device(device), smollm2)[1])
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ from quail.worker.local import ensure_local_worker
 
 class QuailHook(BaseHook):
     """A client for the worker that a `quail` connection names: its host (and port, default 8815)
-    and token (the password), or, with no host, a local worker for the extras' model, dtype and
-    arena pages, started on demand.
+    and token (the password), or, with no host, a local worker for the extras' model, dtype, device
+    and arena pages, started on demand.
 
     :param quail_conn_id: the connection; quail_default may be absent (the embedded default)
     """
@@ -42,5 +42,5 @@ class QuailHook(BaseHook):
             location = host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"
             return WorkerClient(location, token or None)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
-                                              extra.get("arena_pages"))
+                                              extra.get("arena_pages"), extra.get("device") or "auto")
         return WorkerClient(location, token)

@@ -6,9 +6,9 @@
 
 from dataclasses import dataclass
 
-from quail.constants import DEFAULT_MAX_BATCH_TOKENS
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
+from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.executor.stats import Stats
 from quail.model.loader import LoadedModel, load_model
 from quail.model.registry import DEFAULT_MODEL
@@ -49,13 +49,19 @@ class Session:
 
     @classmethod
     def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
-             max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, memory_budget: int | None = None) -> "Session":
+             max_batch_tokens: int | None = None, device: str = "auto",
+             gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> "Session":
+        """device: auto (CUDA when there is one), cpu, cuda or cuda:N. max_batch_tokens: by default
+        per device. The arena is sized from the device's memory unless arena_pages is given."""
         if arena_pages is not None and arena_pages < 1:
             raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")
-        if max_batch_tokens < 16:
+        if max_batch_tokens is not None and max_batch_tokens < 16:
             raise QuailError(f"--max-batch-tokens must be at least 16, got {max_batch_tokens}")
-        loaded = load_model(model, dtype)
-        return cls(loaded, PhysicalPlan.for_model(loaded.model, arena_pages, memory_budget, max_batch_tokens))
+        if not 0 < gpu_memory_utilization <= 1:
+            raise QuailError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
+        loaded = load_model(model, dtype, device)
+        plan = PhysicalPlan.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
+        return cls(loaded, plan)
 
     @property
     def context(self) -> int:

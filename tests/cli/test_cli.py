@@ -161,6 +161,7 @@ def test_explain_runs_nothing_and_each_mechanism_switches_off(tmp_path, news, ca
     assert run_cli(*base, "--explain") == 0
     out = capsys.readouterr().out
     assert "chain mode (KV rewind): on" in out and "prefix sharing: on" in out and "predicted:" in out
+    assert "device cpu (" in out and "GiB of weights" in out and "1 GiB of KV, the CPU default" in out
     stats = tmp_path / "s.json"
     assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats) == 0
     on = json.loads(stats.read_text())
@@ -170,3 +171,16 @@ def test_explain_runs_nothing_and_each_mechanism_switches_off(tmp_path, news, ca
     assert off["tokens_reused"]["prefix"] == 0 and off["tokens_reused"]["rewind"] == on["tokens_reused"]["rewind"]
     assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats, "--no-rewind") == 0
     assert json.loads(stats.read_text())["tokens_reused"]["rewind"] == 0
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_a_device_the_machine_lacks_is_refused_naming_the_flag(tmp_path, news, capsys):
+    out = tmp_path / "out.parquet"
+    fails(capsys, "filter", news, "--text-column", "text", "--predicate", "Sport?", "--output", out,
+          "--device", "cuda", match="--device cuda: torch")
+    fails(capsys, "filter", news, "--text-column", "text", "--predicate", "Sport?", "--output", out,
+          "--device", "gpu9", match="--device 'gpu9': choose auto")
+    assert not out.exists()
+    with pytest.raises(SystemExit) as e:
+        main(["worker", "serve", "--socket", str(tmp_path / "w.sock"), "--device", "cuda:1"])
+    assert e.value.code == 2 and "--device cuda:1" in capsys.readouterr().err

@@ -131,6 +131,9 @@ def test_quail_worker_serve_and_status_as_processes(tmp_path):
         out = subprocess.run(quail + ["worker", "status", "--socket", str(sock)], env=env, capture_output=True,
                              text=True, check=True).stdout
         assert "news/r1/sport" in out and "done" in out and f"{len(TEXTS)}/{len(TEXTS)} rows" in out
+        # the device and its memory: the weights' bytes, the reserve and how the arena was sized
+        assert "smollm2-135m" in out and "on cpu (" in out and "GiB of weights, reserve 0.00 GiB" in out
+        assert "arena 256 pages (--arena-pages)" in out
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from quail.cli.progress import Progress
-from quail.constants import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PORT
+from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
+                             DEFAULT_PORT, DEVICE_HELP)
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
@@ -25,9 +26,7 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
         p.add_argument("--model", help="overrides the pipeline's model")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="auto: bfloat16 on a GPU or an AMX CPU, float32 on other CPUs (faster there)")
-    p.add_argument("--arena-pages", type=int, help="KV arena size in 16-token pages (default: 1 GiB of KV)")
-    p.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
-                   help="most tokens in one forward pass")
+    _device_options(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.add_argument("--no-reuse", action="store_true", help="compute every prompt from scratch (for checks)")
     p.add_argument("--no-rewind", action="store_true", help="switch chain mode (KV rewind) off")
@@ -38,6 +37,26 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
     p.add_argument("--window-rows", type=int, default=DEFAULT_WINDOW_ROWS,
                    help="rows read, computed and written at a time: memory follows this, not the table")
+
+
+def _device_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--arena-pages", type=int,
+                   help="KV arena size in 16-token pages (default: sized from the device's memory on a GPU, "
+                        "1 GiB of KV on a CPU)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
+                   help="the share of the device's free memory after the weights that the arena and one "
+                        "pass's activations may take")
+    p.add_argument("--max-batch-tokens", type=int,
+                   help=f"most tokens in one forward pass (default: {DEFAULT_MAX_BATCH_TOKENS:,} on a CPU, "
+                        f"{DEFAULT_CUDA_MAX_BATCH_TOKENS:,} on CUDA)")
+
+
+def _open_session(model: str, args):
+    from quail.session import Session
+
+    return Session.open(model, args.dtype, args.arena_pages, args.max_batch_tokens, args.device,
+                        args.gpu_memory_utilization)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -65,8 +84,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--token", default=os.environ.get("QUAIL_WORKER_TOKEN"),
                    help="bearer token clients must send (default: $QUAIL_WORKER_TOKEN)")
     w.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
-    w.add_argument("--arena-pages", type=int)
-    w.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS)
+    _device_options(w)
     w.add_argument("--threads", type=int)
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
@@ -111,6 +129,16 @@ def _whole_table(job: dict) -> str:
     return f"  table: {done:,}/{job['table_rows']:,} rows ({100 * done / max(job['table_rows'], 1):.0f}%){eta}"
 
 
+def _describe_worker(info: dict) -> str:
+    m, gib = info["memory"], 1 << 30
+    memory = (f"{m['device']}: {m['memory_free'] / gib:.1f} of {m['memory_total'] / gib:.1f} GiB free after "
+              f"{m['weights_bytes'] / gib:.2f} GiB of weights, reserve {m['reserve_bytes'] / gib:.2f} GiB; "
+              f"arena {info['arena_pages']:,} pages ({m['rule']})") if m else \
+        f"{info['device']}: arena {info['arena_pages']:,} pages"
+    return (f"{info['model']} ({info['dtype']}) on {memory}, {info['free_pages']:,} free, "
+            f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass")
+
+
 def _worker(args) -> None:
     if args.action == "stop":
         from quail.worker.local import stop_local_workers
@@ -125,7 +153,9 @@ def _worker(args) -> None:
         from quail.worker.local import local_token
 
         token = args.token or (local_token(Path(args.socket).resolve()) if args.socket else None)
-        for job in WorkerClient(location, token).status():
+        client = WorkerClient(location, token)
+        print(_describe_worker(client.info()))
+        for job in client.status():
             stats = job["stats"] or {}
             print(f"{job['job'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
                   f"{job['identity']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "
@@ -137,17 +167,17 @@ def _worker(args) -> None:
 
     import torch
 
-    from quail.session import Session
     from quail.worker.server import Worker, check_exposure
 
     check_exposure(location, args.token)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
-    session = Session.open(args.model, args.dtype, args.arena_pages, args.max_batch_tokens)
+    session = _open_session(args.model, args)
     if args.max_jobs < 1:
         raise QuailError(f"--max-jobs must be at least 1, got {args.max_jobs}")
     server = Worker(session, location, args.token, args.ttl, args.idle_timeout, args.max_jobs)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
-    print(f"quail worker: {session.loaded.name} on {location}", file=sys.stderr, flush=True)
+    print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",
+          file=sys.stderr, flush=True)
     server.serve()
     server.drain()
 
@@ -174,7 +204,6 @@ def run(argv=None) -> int:
     from quail.pipeline.runner import Runner
     from quail.planner.plan import plan as make_plan
     from quail.reuse import Reuse
-    from quail.session import Session
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     reuse = Reuse.none() if args.no_reuse else Reuse(not args.no_rewind, not args.no_prefix_sharing,
@@ -185,10 +214,11 @@ def run(argv=None) -> int:
         raise QuailError(f"--window-rows must be at least 1, got {args.window_rows}")
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows)
     runner.check_inputs()
-    session = Session.open(pipeline.model, args.dtype, args.arena_pages, args.max_batch_tokens)
+    session = _open_session(pipeline.model, args)
     if explain:
-        print(describe_plan(plan, runner.predict(session, plan), session.engine.cost, session.engine.plan.arena_pages,
-                            session.engine.pool.capacity))
+        engine = session.engine
+        print(describe_plan(plan, runner.predict(session, plan), engine.cost, engine.plan.arena_pages,
+                            engine.pool.capacity, engine.plan.memory))
         return 0
     bars = []
 

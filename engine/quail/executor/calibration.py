@@ -6,13 +6,13 @@ fit (cost/model.py). The result is cached under $QUAIL_HOME/cost, so only the fi
 
 import hashlib
 import json
-import platform
 import time
 from dataclasses import asdict
 
 import torch
 
 from quail.cost.model import CostModel, Sample
+from quail.device import device_name, synchronize
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.model_runner import Chunk, ModelRunner
 from quail.executor.sequence import Seq
@@ -24,24 +24,20 @@ from quail.paths import home
 PASSES = [(16, 0), (64, 0), (256, 0), (64, 192), (64, 448)]
 
 
-def _device_name(model: LlamaModel) -> str:
-    if model.device.type == "cuda":
-        return torch.cuda.get_device_name(model.device)
-    return f"{platform.processor() or platform.machine()} x{torch.get_num_threads()}"
-
-
 def _cache_key(model: LlamaModel, max_batch_tokens: int) -> str:
-    ident = {"config": asdict(model.cfg), "dtype": str(model.dtype), "device": _device_name(model),
+    ident = {"config": asdict(model.cfg), "dtype": str(model.dtype), "device": device_name(model.device),
              "max_batch_tokens": max_batch_tokens}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def _timed(fn, repeat: int = 3) -> float:
+def _timed(fn, device: torch.device, repeat: int = 3) -> float:
     fn()  # warm-up
     best = float("inf")
     for _ in range(repeat):
+        synchronize(device)
         start = time.perf_counter()
         fn()
+        synchronize(device)  # a GPU's kernels run after the launch returns
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -65,7 +61,7 @@ def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
             runner.run([Chunk(seq, tokens[context : context + n], [n - 1])])
             cache.rewind(seq, context)
 
-        samples.append(Sample(n, context + (n - 1) / 2, _timed(one_pass)))
+        samples.append(Sample(n, context + (n - 1) / 2, _timed(one_pass, model.device)))
         cache.release(seq)
     slots = torch.arange(PAGE_SIZE * 4, device=model.device)
     k = torch.zeros(len(slots), cfg.num_kv_heads, cfg.head_dim, dtype=model.dtype, device=model.device)
@@ -74,8 +70,8 @@ def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
         for layer in range(cfg.num_layers):
             kv.write(layer, slots, k, k)
 
-    per_page = _timed(write_pages) / 4
-    return CostModel.fit(samples, per_page, max_batch_tokens, _device_name(model))
+    per_page = _timed(write_pages, model.device) / 4
+    return CostModel.fit(samples, per_page, max_batch_tokens, device_name(model.device))
 
 
 def calibrated(model: LlamaModel, max_batch_tokens: int) -> CostModel:

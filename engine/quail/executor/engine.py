@@ -2,13 +2,18 @@
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from quail.constants import DEFAULT_MAX_BATCH_TOKENS, PAGE_SIZE
+import torch
+
+from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
+                             PAGE_SIZE)
 from quail.cost import retention
 from quail.cost.model import CostModel
+from quail.device import synchronize
 from quail.executor.calibration import calibrated
 from quail.executor.kv_cache import PagedKVCache
+from quail.executor.memory import ArenaSizing, plan_memory
 from quail.executor.model_runner import ModelRunner
 from quail.executor.program import Program
 from quail.executor.retention_pool import RetentionPool
@@ -19,7 +24,10 @@ from quail.model.llama import LlamaModel
 from quail.planner.prefix_tree import PrefixTree
 from quail.reuse import Reuse
 
-DEFAULT_CPU_BUDGET = 1 << 30  # bytes of KV when neither --arena-pages nor a budget is given
+
+
+def default_max_batch_tokens(device: torch.device) -> int:
+    return DEFAULT_CUDA_MAX_BATCH_TOKENS if device.type == "cuda" else DEFAULT_MAX_BATCH_TOKENS
 
 
 @dataclass(frozen=True)
@@ -29,15 +37,15 @@ class PhysicalPlan:
     arena_pages: int
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     page_size: int = PAGE_SIZE
+    memory: ArenaSizing | None = field(default=None, compare=False)  # how arena_pages was sized
 
     @classmethod
-    def for_model(cls, model: LlamaModel, arena_pages=None, memory_budget=None,
-                  max_batch_tokens=DEFAULT_MAX_BATCH_TOKENS):
-        if arena_pages is None:
-            cfg = model.cfg
-            page = KVArena.page_bytes(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype)
-            arena_pages = max(1, (memory_budget or DEFAULT_CPU_BUDGET) // page)
-        return cls(arena_pages=arena_pages, max_batch_tokens=max_batch_tokens)
+    def for_model(cls, model: LlamaModel, arena_pages: int | None = None, max_batch_tokens: int | None = None,
+                  utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> "PhysicalPlan":
+        """Sized from the device's memory (executor/memory.py); `arena_pages` overrides, checked."""
+        max_batch_tokens = max_batch_tokens or default_max_batch_tokens(model.device)
+        sizing = plan_memory(model, max_batch_tokens, PAGE_SIZE, utilization, arena_pages)
+        return cls(sizing.arena_pages, max_batch_tokens, memory=sizing)
 
 
 class Engine:
@@ -104,6 +112,7 @@ class Engine:
             if progress is not None:
                 progress(programs[i].rows, 0)
         stats.duplicates = len(copies)
+        synchronize(self.model.device)
         stats.seconds = time.perf_counter() - start
         stats.check()
         return results, stats

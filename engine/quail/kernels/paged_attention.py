@@ -107,9 +107,22 @@ def paged_attention_reference(
     return out
 
 
-def paged_attention(q, k_cache, v_cache, meta: AttentionMeta, scale: float) -> torch.Tensor:
-    if q.is_cuda:
+ATTENTION_CHOICES = ("auto", "triton", "torch")
+
+
+def select_attention(backend: str, device: torch.device):
+    """"auto": the Triton kernel on CUDA, the torch reference elsewhere. "triton" off CUDA runs in
+    Triton's interpreter (TRITON_INTERPRET=1 before the kernel module is imported), for tests."""
+    if backend not in ATTENTION_CHOICES:
+        raise ValueError(f"attention {backend!r}: choose one of {', '.join(ATTENTION_CHOICES)}")
+    if backend == "triton" or (backend == "auto" and device.type == "cuda"):
         from quail.kernels.triton_paged_attention import paged_attention_triton
 
-        return paged_attention_triton(q, k_cache, v_cache, meta, scale)
-    return paged_attention_reference(q, k_cache, v_cache, meta, scale)
+        if device.type == "cuda":
+            return paged_attention_triton
+        return lambda q, k, v, meta, scale: paged_attention_triton(q, k, v, meta, scale, upcast=True)
+    return paged_attention_reference
+
+
+def paged_attention(q, k_cache, v_cache, meta: AttentionMeta, scale: float) -> torch.Tensor:
+    return select_attention("auto", q.device)(q, k_cache, v_cache, meta, scale)

@@ -1,4 +1,8 @@
-"""Loads a Llama-family GGUF file: config, dequantized weights in Hugging Face names, tokenizer."""
+"""Loads a Llama-family GGUF file: config, weights in Hugging Face names, tokenizer. The file is
+memory-mapped and each tensor is dequantized only when the model asks for it, so host memory holds
+the file and one dequantized tensor, never the whole model twice."""
+
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
@@ -98,19 +102,33 @@ def read_tokenizer(reader: GGUFReader) -> Tokenizer:
     return Tokenizer(tk)
 
 
-def load_gguf(path) -> tuple[ModelConfig, dict[str, torch.Tensor], Tokenizer]:
+class GGUFWeights(Mapping):
+    """The file's tensors by Hugging Face name, dequantized to fp32 when looked up."""
+
+    def __init__(self, reader: GGUFReader, cfg: ModelConfig):
+        self._cfg = cfg
+        self._tensors = {name: t for t in reader.tensors if (name := _hf_name(t.name)) is not None}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        t = self._tensors[name]
+        shape = tuple(int(n) for n in reversed(t.shape))
+        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        if not w.flags.writeable:  # an unquantized tensor is a view of the read-only mapping
+            w = w.copy()
+        if self._cfg.arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+            w = _unpermute(w, self._cfg.num_heads if "attn_q" in t.name else self._cfg.num_kv_heads)
+        return torch.from_numpy(w)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+def load_gguf(path) -> tuple[ModelConfig, GGUFWeights, Tokenizer]:
     reader = GGUFReader(str(path))
     tokenizer = read_tokenizer(reader)
     names = {t.name for t in reader.tensors}
     cfg = read_config(reader, len(_field(reader, "tokenizer.ggml.tokens")), tied="output.weight" not in names)
-    weights = {}
-    for t in reader.tensors:
-        name = _hf_name(t.name)
-        if name is None:
-            continue
-        shape = tuple(int(n) for n in reversed(t.shape))
-        w = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
-        if cfg.arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
-            w = _unpermute(w, cfg.num_heads if "attn_q" in t.name else cfg.num_kv_heads)
-        weights[name] = torch.from_numpy(w)
-    return cfg, weights, tokenizer
+    return cfg, GGUFWeights(reader, cfg), tokenizer

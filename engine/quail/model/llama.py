@@ -1,15 +1,18 @@
 """A Llama-family decoder (Llama, Mistral, Qwen2, SmolLM2) that reads and writes paged KV.
 
-Weights arrive in Hugging Face names; Q/K/V and gate/up are fused into single matmuls here.
+Weights arrive in Hugging Face names, from a mapping that may read each tensor only when asked
+(the loaders'), and go to the device in the target dtype one at a time, so host memory never holds
+a second copy of the model. Q/K/V and gate/up are fused into single matmuls here.
 """
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
-from quail.kernels.paged_attention import AttentionMeta, paged_attention
+from quail.kernels.paged_attention import AttentionMeta, select_attention
 from quail.kv.kv_arena import KVArena
 from quail.model.config import ModelConfig
 
@@ -61,10 +64,13 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype=torch.bfloat16, device="cpu"):
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], dtype=torch.bfloat16, device="cpu",
+                 attention: str = "auto"):
+        """attention: "auto" (Triton on CUDA, the torch reference elsewhere), "triton" or "torch"."""
         self.cfg = cfg
         self.dtype = dtype
         self.device = torch.device(device)
+        self.attention = select_attention(attention, self.device)
 
         def w(name):
             return weights[name].to(device=self.device, dtype=dtype).contiguous()
@@ -78,7 +84,7 @@ class LlamaModel:
             a = p + "self_attn."
             bias = None
             if cfg.qkv_bias:
-                bias = torch.cat([weights[a + f"{n}_proj.bias"] for n in "qkv"]).to(self.device, dtype)
+                bias = torch.cat([w(a + f"{n}_proj.bias") for n in "qkv"])
             self.layers.append(
                 _Layer(
                     attn_norm=w(p + "input_layernorm.weight"),
@@ -92,6 +98,14 @@ class LlamaModel:
             )
         self.inv_freq = inverse_frequencies(cfg, weights.get("rope_freqs.weight")).to(self.device)
         self.scale = cfg.head_dim**-0.5
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the weights take on the device (a tied lm_head counted once)."""
+        tensors = {id(t): t for layer in self.layers for f in fields(layer)
+                   if (t := getattr(layer, f.name)) is not None}
+        tensors |= {id(t): t for t in (self.embed, self.lm_head, self.norm)}
+        return sum(t.numel() * t.element_size() for t in tensors.values())
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.cfg.rms_norm_eps)
@@ -111,7 +125,7 @@ class LlamaModel:
             q = _rope(q.view(-1, h_q, d), cos, sin)
             k = _rope(k.view(-1, h_kv, d), cos, sin)
             kv.write(i, batch.slots, k, v.view(-1, h_kv, d))
-            attn = paged_attention(q, kv.k[i], kv.v[i], batch.attention, self.scale)
+            attn = self.attention(q, kv.k[i], kv.v[i], batch.attention, self.scale)
             x = x + F.linear(attn.reshape(-1, h_q * d), layer.o)
             h = self._rms_norm(x, layer.mlp_norm)
             gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)

@@ -1,11 +1,13 @@
 """Resolves `--model` (an embedded name, a GGUF file or a safetensors directory) into a model."""
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from quail.device import resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
 from quail.model.gguf_loader import load_gguf
@@ -17,14 +19,14 @@ from quail.model.tokenizer import Tokenizer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_dtype(dtype: str, device: str = "cpu") -> str:
+def resolve_dtype(dtype: str, device: torch.device) -> str:
     """"auto": bfloat16 on a GPU or on a CPU with AMX tiles; float32 on other CPUs, where bf16
     matmuls run at half fp32's speed (measured on the 2-core AVX-512 machines here: 150 against
     310 GFLOP/s, qwen 0.5B prefill 207 against 308 tok/s). A rule, not a timing at start, so the
     same machine always gives the same answers."""
     if dtype != "auto":
         return dtype
-    return "bfloat16" if torch.device(device).type != "cpu" or _has_amx() else "float32"
+    return "bfloat16" if device.type != "cpu" or _has_amx() else "float32"
 
 
 @functools.cache
@@ -43,7 +45,8 @@ class LoadedModel:
     tokenizer: Tokenizer
 
 
-def load_weights(spec: str) -> tuple[ModelConfig, dict, Tokenizer]:
+def load_weights(spec: str) -> tuple[ModelConfig, Mapping[str, torch.Tensor], Tokenizer]:
+    """The weights come as a mapping that reads each tensor when it is looked up."""
     path = embedded_path(spec) if spec in EMBEDDED else Path(spec)
     if path.is_dir():
         if not (path / "config.json").exists():
@@ -57,8 +60,10 @@ def load_weights(spec: str) -> tuple[ModelConfig, dict, Tokenizer]:
 
 
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
+    """device: as `--device` takes it (quail.device.resolve_device)."""
     if dtype not in DTYPE_CHOICES:
         raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}")
+    device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     try:
         cfg, weights, tokenizer = load_weights(spec)

@@ -1,9 +1,14 @@
 """Human-readable plans and accounting: `quail explain` and the summary after a run."""
 
+from typing import TYPE_CHECKING
+
 from quail.cost.model import CostModel
 from quail.executor.stats import Stats
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
+
+if TYPE_CHECKING:
+    from quail.executor.memory import ArenaSizing
 
 
 def _accounting(p: Prediction | Stats) -> str:
@@ -14,9 +19,10 @@ def _accounting(p: Prediction | Stats) -> str:
 
 
 def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel, arena_pages: int,
-                  retention_capacity: int) -> str:
+                  retention_capacity: int, memory: "ArenaSizing | None" = None) -> str:
     lines = [
         f"plan {plan.hash}",
+        *([f"device {memory.describe()}"] if memory else []),
         f"cost model ({cost.device}): {cost.per_pass * 1e3:.2f} ms per pass + "
         f"{cost.per_token * 1e6:.1f} us per token + {cost.per_token_context * 1e9:.2f} ns per token per "
         f"context token; KV write {cost.kv_write_per_page * 1e6:.1f} us per page",

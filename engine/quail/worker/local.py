@@ -39,12 +39,12 @@ def _answers(location: str, token: str | None) -> bool:
         return False
 
 
-def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None = None,
+def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None = None, device: str = "auto",
                         idle_timeout: float = 600.0, start_timeout: float = 600.0) -> tuple[str, str]:
     """The location and token of a running local worker for this model, started if none answers.
     Its folder is private (0700) and it admits only the holder of its token, a random one in a 0600
     file beside its socket: other local users can neither reach it nor read its results."""
-    ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}".encode()).hexdigest()[:12]
+    ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}|{device}".encode()).hexdigest()[:12]
     folder = home() / "worker"
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
@@ -58,7 +58,7 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
         sock.unlink(missing_ok=True)
         token = _new_token(sock)
         argv = [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", model, "--dtype", dtype,
-                "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
+                "--device", device, "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
         if arena_pages:
             argv += ["--arena-pages", str(arena_pages)]
         log = open(folder / f"{ident}.log", "ab")

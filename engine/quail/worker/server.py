@@ -155,7 +155,8 @@ class Worker(flight.FlightServerBase):
         return {"model": self.session.loaded.name, "dtype": str(engine.model.dtype).removeprefix("torch."),
                 "device": str(engine.model.device), "arena_pages": engine.plan.arena_pages,
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
-                "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size}
+                "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size,
+                "memory": engine.plan.memory.to_dict() if engine.plan.memory else None}
 
     def _predict(self, sub: Submission, inputs: list[tuple[list[str], list[int]]]) -> Prediction:
         """The plan's expected accounting of the job's documents, beside the actual: the figures the

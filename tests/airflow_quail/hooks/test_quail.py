@@ -57,3 +57,15 @@ def test_an_unknown_connection_is_an_error():
 
     with pytest.raises(AirflowNotFoundException):
         QuailHook("no_such_connection").get_conn()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_the_connections_device_reaches_the_local_worker(local_default, monkeypatch):
+    from quail.errors import QuailError
+
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
+        {"conn_type": "quail", "extra": {"model": "smollm2-135m", "device": "cuda"}}))
+    with pytest.raises(QuailError, match="exited with code 2"):
+        QuailHook().get_conn()
+    [log] = local_default.glob("*.log")
+    assert "quail: error: --device cuda: torch" in log.read_text()  # the worker was asked for CUDA

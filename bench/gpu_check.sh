@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (issue 5): on a CUDA machine with torch and triton installed (the
-# lent H200: torch 2.11, triton 3.6, Python 3.12, no internet), from the repository root:
-#   bash bench/gpu_check.sh            # about 3 minutes; prints the table, writes $OUT/gpu_check.json
-set -euo pipefail
+# The one prepared GPU check (issue 12): on a CUDA machine with torch, triton and transformers (the
+# lent H200: Python 3.12, torch 2.11, triton 3.6, transformers 5.17, no network, no gguf), from the
+# repository root, with SmolLM2's tokenizer.json in .gpu/ (or --tokenizer PATH, or $QUAIL_TOKENIZER):
+#   bash bench/gpu_check.sh                      # estimated 3-4 min on an H200 (not run on one yet), < 8
+#   bash bench/gpu_check.sh --device cpu --small # the smoke run on a CPU
+# Prints the tables and the targets; writes $OUT/gpu.json (after every section) and $OUT/gpu.md; any
+# extra arguments go to bench/gpu_check.py. .gpu/ is written on the CPU machine by
+#   PYTHONPATH=engine python bench/gpu_w1.py --prepare .gpu   # tokenizer.json 3.5 MB, documents.json 0.24 MB
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/engine${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || true
-python3 bench/gpu_check.py --json "${OUT:-/tmp}/gpu_check.json" "$@"
+OUT="${OUT:-/tmp}"
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader 2>/dev/null || true
+PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+exec "$PYTHON" bench/gpu_check.py --out "$OUT/gpu.json" "$@"

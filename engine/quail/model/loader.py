@@ -10,7 +10,6 @@ import torch
 from quail.device import resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
-from quail.model.gguf_loader import load_gguf
 from quail.model.llama import LlamaModel
 from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path
 from quail.model.safetensors_loader import load_hf_dir
@@ -53,6 +52,8 @@ def load_weights(spec: str) -> tuple[ModelConfig, Mapping[str, torch.Tensor], To
             raise QuailError(f"--model {spec}: directory has no config.json")
         return load_hf_dir(path)
     if path.suffix == ".gguf" and path.exists():
+        from quail.model.gguf_loader import load_gguf  # gguf only where a GGUF file is read
+
         return load_gguf(path)
     raise QuailError(
         f"--model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a safetensors directory"

@@ -28,8 +28,8 @@ def main() -> None:
     halves = [jokes[:90], jokes[90:180]]
     session = Session.open("smollm2-135m", "bfloat16", arena_pages=4096)  # bf16: the figures in the note
     socket = f"grpc+unix://{tempfile.mkdtemp()}/w.sock"
-    worker = Worker(session, socket)
-    client, entry = WorkerClient(socket), plan([SPEC])["tech"]
+    worker = Worker(session, socket, token="bench")
+    client, entry = WorkerClient(socket, "bench"), plan([SPEC])["tech"]
 
     def run(runs: list[str], together: bool) -> str:
         start, passes, jobs = time.perf_counter(), session.engine.scheduler.forward_passes, []

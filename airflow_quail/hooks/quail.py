@@ -8,12 +8,14 @@ from quail.constants import DEFAULT_PORT
 from quail.model.registry import DEFAULT_MODEL
 from quail.worker.client import WorkerClient
 from quail.worker.local import ensure_local_worker
+from quail.worker.tokens import read_token
 
 
 class QuailHook(BaseHook):
     """A client for the worker that a `quail` connection names: its host (and port, default 8815)
-    and token (the password), or, with no host, a local worker for the extras' model, dtype, device
-    and arena pages, started on demand.
+    and token (the password; if empty, the one a worker on this machine wrote for this user), or,
+    with no host, a local worker for the extras' model, dtype, device and arena pages, started on
+    demand.
 
     :param quail_conn_id: the connection; quail_default may be absent (the embedded default)
     """
@@ -40,7 +42,8 @@ class QuailHook(BaseHook):
         host, port, token, extra = self._settings()
         if host:
             location = host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"
-            return WorkerClient(location, token or None)
+            # no password: the token a worker on this machine wrote for this user, if any
+            return WorkerClient(location, token or read_token(location))
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
                                               extra.get("arena_pages"), extra.get("device") or "auto")
         return WorkerClient(location, token)

@@ -13,6 +13,7 @@ class Reuse:
     sharing: bool = True
     retention: bool = True
     borrowing: bool = True
+    __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     @classmethod
     def none(cls) -> "Reuse":

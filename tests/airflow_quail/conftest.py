@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from quail.worker.local import local_token, stop_local_workers
+from quail.worker.local import stop_local_workers
+from quail.worker.tokens import read_token
 
 ROOT = Path(__file__).parents[2]
 
@@ -47,7 +48,7 @@ def worker_jobs(tmp_path: Path) -> list[dict]:
     from quail.worker.client import WorkerClient
 
     [sock] = (tmp_path / "quail" / "worker").glob("*.sock")
-    return sorted(WorkerClient(f"grpc+unix://{sock}", local_token(sock)).status(),
+    return sorted(WorkerClient(f"grpc+unix://{sock}", read_token(f"grpc+unix://{sock}")).status(),
                   key=lambda j: j["identity"]["run_id"])
 
 

@@ -14,6 +14,7 @@ from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
 from quail.pipeline.config import Pipeline, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
+from quail.worker.tokens import new_token, read_token, token_from_file
 
 
 def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
@@ -78,11 +79,12 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("action", choices=["serve", "status", "stop"],
                    help="stop: the local workers that tasks or the demo started on demand")
     w.add_argument("--model", default=DEFAULT_MODEL)
-    w.add_argument("--host", default="127.0.0.1", help="listen here (loopback unless --token is given)")
+    w.add_argument("--host", default="127.0.0.1", help="listen here (default: loopback only)")
     w.add_argument("--port", type=int, default=DEFAULT_PORT)
     w.add_argument("--socket", help="listen on (or, for status, talk to) this Unix socket instead")
-    w.add_argument("--token", default=os.environ.get("QUAIL_WORKER_TOKEN"),
-                   help="bearer token clients must send (default: $QUAIL_WORKER_TOKEN)")
+    w.add_argument("--token-file", help="a file (mode 0600) holding the bearer token clients must send; default: "
+                                        "$QUAIL_WORKER_TOKEN, else a random one written beside the socket, or "
+                                        "under $QUAIL_HOME/worker for a port, for this user only")
     w.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     _device_options(w)
     w.add_argument("--threads", type=int)
@@ -139,6 +141,11 @@ def _describe_worker(info: dict) -> str:
             f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass")
 
 
+def _worker_token(args) -> str | None:
+    """The token given: --token-file, else $QUAIL_WORKER_TOKEN."""
+    return token_from_file(args.token_file) if args.token_file else os.environ.get("QUAIL_WORKER_TOKEN") or None
+
+
 def _worker(args) -> None:
     if args.action == "stop":
         from quail.worker.local import stop_local_workers
@@ -150,31 +157,28 @@ def _worker(args) -> None:
     if args.action == "status":
         from quail.worker.client import WorkerClient
 
-        from quail.worker.local import local_token
-
-        token = args.token or (local_token(Path(args.socket).resolve()) if args.socket else None)
-        client = WorkerClient(location, token)
+        client = WorkerClient(location, _worker_token(args) or read_token(location))
         print(_describe_worker(client.info()))
         for job in client.status():
             stats = job["stats"] or {}
-            print(f"{job['job'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
+            print(f"{job['ref'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
                   f"{job['identity']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "
                   f"{job['tokens_per_second']:,.0f} tok/s  computed {stats.get('tokens_computed', job['tokens_computed']):,}"
-                  + _whole_table(job)
-                  + (f"  error: {job['error']}" if job["error"] else ""))
+                  + _whole_table(job))
         return
     import signal
 
     import torch
 
-    from quail.worker.server import Worker, check_exposure
+    from quail.worker.server import Worker, claim_socket
 
-    check_exposure(location, args.token)
+    claim_socket(location)  # before the model loads: a live worker's socket is refused at once
+    token = _worker_token(args) or new_token(location)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     session = _open_session(args.model, args)
     if args.max_jobs < 1:
         raise QuailError(f"--max-jobs must be at least 1, got {args.max_jobs}")
-    server = Worker(session, location, args.token, args.ttl, args.idle_timeout, args.max_jobs)
+    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",
           file=sys.stderr, flush=True)

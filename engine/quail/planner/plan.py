@@ -23,6 +23,7 @@ class OperatorPlan:
     sharing_reason: str
     retain: retention.RetentionEntry | None
     selectivity: float | None  # a filter's estimate: observed, or the prior
+    __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     @classmethod
     def from_dict(cls, d: dict) -> "OperatorPlan":
@@ -36,6 +37,7 @@ class OperatorPlan:
 class Plan:
     specs: tuple[OperatorSpec, ...]
     operators: tuple[OperatorPlan, ...]
+    __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     @property
     def hash(self) -> str:

@@ -27,6 +27,7 @@ class RetentionEntry:
     consumers: tuple[str, ...]  # later operators that may claim the KV; the last one releases it
     passed: float  # probability a consumer reads a kept document (a filter: one that passed)
     failed: float  # a filter's failing documents: above 0 only if a consumer reads the filter's input
+    __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
 
 def lineages(specs: list[OperatorSpec]) -> dict[str, Lineage]:

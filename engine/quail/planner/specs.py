@@ -16,6 +16,7 @@ class OperatorSpec:
     limit: int | None = None
     keep_all: bool = False
     output: str | None = None
+    __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     def fingerprint(self) -> str:
         """Identifies what the operator computes, for the selectivities the stats store keeps."""

@@ -1,7 +1,8 @@
 """Jobs on the worker: an operator's documents, its plan entry and who asked (the identity)."""
 
+import hashlib
+import secrets
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
@@ -14,6 +15,11 @@ from quail.reuse import Reuse
 ENDED = ("done", "failed", "cancelled")  # a job in one of these states never changes again
 
 
+def job_ref(job_id: str) -> str:
+    """A name for a job in listings that does not give away its id."""
+    return hashlib.sha256(job_id.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Identity:
     """Which task asked; never the try number, so an Airflow retry re-attaches to its job."""
@@ -23,6 +29,7 @@ class Identity:
     run_id: str
     map_index: int = -1
     window: int = -1  # which window of the task's rows; -1: all of them
+    __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     @property
     def key(self) -> str:
@@ -41,6 +48,7 @@ class Window:
     first_row: int = 0
     table_rows: int | None = None  # None: not known up front (a CSV file, a query)
     last: bool = True  # the operator's last window: KV kept for it can go after this job
+    __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ class Job:
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    id: str = field(default_factory=lambda: secrets.token_hex(16))  # a capability: only the submitter has it
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
     tokens_computed: int = 0
@@ -103,6 +111,15 @@ class Job:
     @property
     def ended(self) -> bool:
         return self.state in ENDED
+
+    def listing(self) -> dict:
+        """What any token holder sees of the job in the list of all jobs: who asked and how far it is,
+        not its id (the capability to fetch or cancel it, known to its submitter only), its digests
+        or its error text."""
+        doc = self.status()
+        for key in ("job", "content", "documents", "error"):
+            del doc[key]
+        return {"ref": job_ref(self.id), **doc}
 
     def status(self) -> dict:
         running = (self.finished or time.time()) - self.started if self.started else 0.0

@@ -5,7 +5,6 @@ file lock so concurrent tasks never start two, gone after an idle timeout."""
 import fcntl
 import hashlib
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -14,21 +13,7 @@ from pathlib import Path
 from quail.errors import QuailError
 from quail.paths import home
 from quail.worker.client import WorkerClient
-
-
-def local_token(sock: Path) -> str | None:
-    """A local worker's token, from the file beside its socket that only its user can read."""
-    path = sock.with_suffix(".token")
-    return path.read_text().strip() if path.exists() else None
-
-
-def _new_token(sock: Path) -> str:
-    path = sock.with_suffix(".token")
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(32))
-    return local_token(sock)
+from quail.worker.tokens import new_token, read_token
 
 
 def _answers(location: str, token: str | None) -> bool:
@@ -52,11 +37,10 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
     location = f"grpc+unix://{sock}"
     with open(folder / f"{ident}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        token = local_token(sock)
+        token = read_token(location)
         if sock.exists() and token and _answers(location, token):
             return location, token
-        sock.unlink(missing_ok=True)
-        token = _new_token(sock)
+        token = new_token(location)  # a stale socket goes when the worker claims it; a live one is refused
         argv = [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", model, "--dtype", dtype,
                 "--device", device, "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
         if arena_pages:
@@ -79,7 +63,7 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
 
 def local_workers() -> list[tuple[str, str]]:
     """The locations and tokens of the local workers that answer now; none is started."""
-    found = [(f"grpc+unix://{sock}", local_token(sock)) for sock in sorted((home() / "worker").glob("*.sock"))]
+    found = [(loc, read_token(loc)) for loc in (f"grpc+unix://{s}" for s in sorted((home() / "worker").glob("*.sock")))]
     return [(location, token) for location, token in found if token and _answers(location, token)]
 
 

@@ -13,11 +13,13 @@ re-attaches; the same identity with other content (a cleared task whose input ch
 for a predictable run id) is a new job.
 """
 
+import functools
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
+from pydantic import TypeAdapter, ValidationError
 
 from quail.errors import QuailError
 from quail.kinds import KINDS
@@ -60,21 +62,46 @@ def content_digest(submission: Submission, model: str, documents: str) -> str:
     return hashlib.sha256(f"{submission_digest(submission, documents)}\x1f{model}".encode()).hexdigest()
 
 
+MAX_COMMAND_BYTES = 1 << 20  # a submission's JSON; its documents travel as the Arrow table
+
+
+@dataclass(frozen=True)
+class _Command:
+    """The submit command as it travels, validated field by field (strict types; a missing or an
+    unknown key is refused) before anything is stored or computed."""
+
+    identity: Identity
+    spec: OperatorSpec
+    plan: OperatorPlan
+    reuse: Reuse
+    window: Window = Window()
+    dag_plan: Plan | None = None
+    __pydantic_config__ = {"extra": "forbid"}
+
+
+@functools.cache
+def _command_type() -> TypeAdapter:
+    return TypeAdapter(_Command)
+
+
 def parse_submit(command: bytes) -> Submission:
+    if len(command) > MAX_COMMAND_BYTES:
+        raise QuailError(f"a job submission of {len(command):,} bytes: at most {MAX_COMMAND_BYTES:,}")
     try:
-        doc = json.loads(command)
-        identity, spec = Identity(**doc["identity"]), OperatorSpec.from_dict(doc["spec"])
-        op, reuse = OperatorPlan.from_dict(doc["plan"]), Reuse(**doc["reuse"])
-        window = Window(**doc.get("window", {}))
-        whole = Plan.from_dict(doc["dag_plan"]) if doc.get("dag_plan") is not None else None
-        if not (isinstance(window.last, bool) and isinstance(window.first_row, int) and window.first_row >= 0
-                and (window.table_rows is None or isinstance(window.table_rows, int))):
-            raise TypeError(f"window {doc['window']!r}: first_row a row number, table_rows a count or null, "
-                            f"last true or false")
-        submission = Submission(identity, spec, op, reuse, window, whole)
+        c = _command_type().validate_json(command, strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the command"
+        raise QuailError(f"a malformed job submission: {where}: {first['msg']}") from None
+    w, i = c.window, c.identity
+    if w.first_row < 0 or (w.table_rows is not None and w.table_rows < 0) or i.map_index < -1 or i.window < -1:
+        raise QuailError(f"a malformed job submission: window {w} or identity {i} holds a negative row or index")
+    submission = Submission(i, c.spec, c.plan, c.reuse, w, c.dag_plan)
+    try:
         submission.dag_plan  # the entry must belong to the plan
-    except (ValueError, KeyError, TypeError, QuailError) as e:
+    except QuailError as e:
         raise QuailError(f"a malformed job submission: {e}") from None
+    spec = c.spec
     if spec.kind not in KINDS:
         raise QuailError(f"a job submission: kind {spec.kind!r} is not one of {', '.join(KINDS)}")
     KINDS[spec.kind].validate(spec, f"a job submission, operator {spec.name!r}")
@@ -94,6 +121,10 @@ def documents_table(inputs: list[tuple[list[str], list[int]]]) -> pa.Table:
 def split_documents(table: pa.Table, n_inputs: int) -> list[tuple[list[str], list[int]]]:
     if not table.schema.equals(DOCUMENTS):
         raise QuailError(f"documents must have the schema {DOCUMENTS}, got {table.schema}")
+    if table.column("text").null_count or table.column("row").null_count:
+        side, row = next((s, r) for s, r, t in zip(*(table.column(c).to_pylist() for c in ("input", "row", "text")))
+                         if t is None or r is None)
+        raise QuailError(f"document of input {side}, row {row}, has no text (or no row number)")
     sides, rows, texts = (table.column(c).to_pylist() for c in ("input", "row", "text"))
     out = []
     for side in range(n_inputs):

@@ -1,7 +1,10 @@
 """The worker: one process per device that owns the model, the KV arena, the retention pool and
 the stats store, and computes jobs that operators submit over Arrow Flight.
 
-It listens on loopback or a Unix socket unless told otherwise, and then only with a token. Up to
+It listens on loopback or a Unix socket unless told otherwise, and always wants a token
+(worker/tokens.py). A job's id is its capability: only the task that submitted it (or one that
+submits the very same content) learns it, and fetching, cancelling or reading a job's full status
+takes it; the list of all jobs names them by a digest of the id. Up to
 `max_jobs` jobs run at once, each on its own thread, and the engine batches them into the same
 forward passes; KV retained by one task is there for the next. Results stay until fetched and then
 for `ttl` seconds.
@@ -9,9 +12,12 @@ for `ttl` seconds.
 
 import hmac
 import json
+import os
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -25,7 +31,7 @@ from quail.session import Session
 from quail.worker.jobs import Job, Submission
 from quail.worker.protocol import content_digest, documents_digest, parse_submit, split_documents
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MAX_ACTION_BYTES = 256  # a job id
 
 
 class Cancelled(QuailError):
@@ -42,19 +48,39 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
             raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
 
 
-def check_exposure(location: str, token: str | None) -> None:
-    if location.startswith("grpc+unix://") or token:
-        return
-    host = location.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-    if host not in LOOPBACK:
-        raise QuailError(f"listening on {host} exposes the worker: give it a --token")
+def claim_socket(location: str) -> Path | None:
+    """A Unix socket path that no live worker holds (a stale file from a dead one is removed);
+    gRPC would silently take over a live one's path."""
+    if not location.startswith("grpc+unix://"):
+        return None
+    path = Path(location.removeprefix("grpc+unix://"))
+    if path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # nobody listens: a worker that died
+        else:
+            raise QuailError(f"a worker already listens on {path}; stop it first (`quail worker stop` for the "
+                             f"local ones) or choose another --socket")
+        finally:
+            probe.close()
+    return path
 
 
 class Worker(flight.FlightServerBase):
-    def __init__(self, session: Session, location: str, token: str | None = None, ttl: float = 3600.0,
+    def __init__(self, session: Session, location: str, token: str, ttl: float = 3600.0,
                  idle_timeout: float | None = None, max_jobs: int = 8):
-        check_exposure(location, token)
-        super().__init__(location, middleware={"token": _TokenCheck(token)} if token else None)
+        if not token:
+            raise QuailError("a worker needs a token (quail.worker.tokens)")
+        sock = claim_socket(location)
+        old_umask = os.umask(0o177)  # the socket is created 0600 whatever the caller's umask
+        try:
+            super().__init__(location, middleware={"token": _TokenCheck(token)})
+        finally:
+            os.umask(old_umask)
+        if sock is not None:
+            os.chmod(sock, 0o600)
         self.session = session
         self.model = f"{session.loaded.name}|{session.loaded.model.dtype}"
         self.ttl = ttl
@@ -129,18 +155,20 @@ class Worker(flight.FlightServerBase):
 
     def list_actions(self, context):
         return [("info", "the model, its device and dtype, and the arena's pages: total, free, retained"),
-                ("status", "one job's status (body: job id) or all jobs'"),
+                ("status", "one job's status (body: its id) or a listing of all jobs without their ids"),
                 ("cancel", "cancel a job: a queued one at once, a running one after its rows in flight")]
 
     def do_action(self, context, action):
         self.last_call = time.time()
+        if action.body.size > MAX_ACTION_BYTES:
+            raise flight.FlightServerError(f"an action body of {action.body.size:,} bytes: at most {MAX_ACTION_BYTES}")
         body = action.body.to_pybytes().decode()
         if action.type == "info":
             doc = self.info()
         elif action.type == "status":
             with self.lock:
                 self._expire()
-                doc = self._job(body).status() if body else [j.status() for j in self.jobs.values()]
+                doc = self._job(body).status() if body else [j.listing() for j in self.jobs.values()]
         elif action.type == "cancel":
             job = self._job(body)
             with self.lock:

@@ -103,7 +103,7 @@ def test_a_cleared_task_rerun_on_changed_input_writes_the_new_rows(local_default
     assert second["rows_in"] == second["rows_out"] == out.num_rows == 2
     assert out.column("text").to_pylist() == ["Rates rose again.", "A new phone chip."]
     jobs = QuailHook().get_conn().status()
-    assert len({j["job"] for j in jobs}) == 2 and len({j["content"] for j in jobs}) == 2
+    assert len({j["ref"] for j in jobs}) == 2
 
 
 def test_a_deferred_task_whose_input_changed_while_it_waited_writes_nothing(local_default, tmp_path):

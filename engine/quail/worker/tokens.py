@@ -1,0 +1,52 @@
+"""Every worker has a token. One given to it (`--token-file`, or $QUAIL_WORKER_TOKEN in its
+environment) is used as is; otherwise it makes a random one and writes it where its own user, and
+only that user, finds it: beside its Unix socket, or under $QUAIL_HOME/worker for a TCP port.
+`quail worker status`, the hook and the Quail page read it from there."""
+
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+
+from quail.errors import QuailError
+from quail.paths import home
+
+
+def token_path(location: str) -> Path:
+    if location.startswith("grpc+unix://"):
+        return Path(location.removeprefix("grpc+unix://")).with_suffix(".token")
+    where = re.sub(r"[^A-Za-z0-9.-]+", "_", location.split("://", 1)[-1])
+    return home() / "worker" / f"{where}.token"
+
+
+def read_token(location: str) -> str | None:
+    """The token a worker at `location` wrote for its user, if this user can read one."""
+    try:
+        return token_path(location).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def new_token(location: str) -> str:
+    path = token_path(location)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32))
+    return read_token(location)
+
+
+def token_from_file(path: str) -> str:
+    """`--token-file`: a file only its owner can read (a token on the command line shows in `ps`)."""
+    try:
+        mode = os.stat(path).st_mode
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise QuailError(f"--token-file {path}: {e.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise QuailError(f"--token-file {path} is open to other users (mode {stat.filemode(mode)}); chmod 600 it")
+    if not token:
+        raise QuailError(f"--token-file {path} is empty")
+    return token

@@ -10,7 +10,7 @@ def test_provider_info_declares_the_connection_type():
     info = get_provider_info()
     [conn] = info["connection-types"]
     assert conn["connection-type"] == "quail" and conn["hook-class-name"] == "airflow_quail.hooks.quail.QuailHook"
-    assert set(conn["conn-fields"]) == {"model", "dtype", "arena_pages"}
+    assert set(conn["conn-fields"]) == {"model", "dtype", "device", "arena_pages"}
     assert conn["ui-field-behaviour"]["relabeling"]["password"] == "Token"
     from importlib.metadata import entry_points
 

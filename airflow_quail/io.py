@@ -8,19 +8,24 @@
   moved object whole.
 - `sql://CONN_ID/TABLE` or `sql://CONN_ID?query=SELECT ...`: a table or query through an Airflow
   connection's SQLAlchemy engine. An output table is built under a temporary name and swapped in
-  within one transaction (SQLite and PostgreSQL have transactional DDL), so readers see the old
-  table or the new one, never a partial one.
+  within one transaction (SQLite and PostgreSQL have transactional DDL; on SQLite the transaction is
+  begun explicitly, as pysqlite would leave DDL outside it), so readers see the old table or the new
+  one, never a partial one, and a failure leaves the old table and no staging table. A source
+  query runs read-only.
 """
 
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from quail.atomic import check_writable
 from quail.errors import QuailError
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 
@@ -46,10 +51,54 @@ def parse_sql(uri: str) -> SqlLocation | None:
 
 
 def sql_engine(conn_id: str) -> sa.Engine:
+    from airflow.exceptions import AirflowNotFoundException
     from airflow.sdk import BaseHook
 
-    hook = BaseHook.get_connection(conn_id).get_hook()
+    try:
+        hook = BaseHook.get_connection(conn_id).get_hook()
+    except AirflowNotFoundException:
+        raise QuailError(f"the connection {conn_id!r} is not defined") from None
     return hook.get_sqlalchemy_engine()
+
+
+@contextmanager
+def _read_only(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection on which a source query can change nothing: a read-only transaction on
+    PostgreSQL, `PRAGMA query_only` on SQLite (reset before the connection goes back to the pool)."""
+    with engine.connect() as c:
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            c.exec_driver_sql("PRAGMA query_only = ON")
+        elif engine.dialect.name == "postgresql":
+            c.exec_driver_sql("SET TRANSACTION READ ONLY")
+        try:
+            yield c
+        finally:
+            c.rollback()
+            if sqlite:
+                c.exec_driver_sql("PRAGMA query_only = OFF")
+
+
+@contextmanager
+def _one_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One transaction around DDL and DML alike. pysqlite opens a transaction only before DML, so
+    on SQLite a swap with no rows to insert would run CREATE, DROP and RENAME each committed on its
+    own; there the transaction is begun explicitly, with the driver's own handling off."""
+    with engine.connect() as c:
+        raw = c.connection.driver_connection if engine.dialect.name == "sqlite" else None
+        level = raw.isolation_level if raw is not None else None
+        if raw is not None:
+            raw.isolation_level = None  # the driver issues no BEGIN or COMMIT of its own
+            c.exec_driver_sql("BEGIN")
+        try:
+            yield c
+            c.commit()
+        except BaseException:
+            c.rollback()
+            raise
+        finally:
+            if raw is not None:
+                raw.isolation_level = level
 
 
 def object_path(uri: str, readable: bool = True):
@@ -117,7 +166,7 @@ def _sql_windows(source: str, where: SqlLocation, rows: int) -> Iterator[tuple[i
         query = sa.text(where.query)
     first = 0
     try:
-        with engine.connect() as c:
+        with _read_only(engine) as c:
             result = c.execution_options(stream_results=True, yield_per=rows).execute(query)
             names = list(result.keys())
             for part in result.partitions(rows):
@@ -182,6 +231,26 @@ def target_location(target: str):
     return object_path(target) or Path(target)
 
 
+def check_target(target: str, sources: Iterable[str] = ()):
+    """Refuses, before any work is sent, a target that could not be written: a location of the
+    wrong kind, an unknown connection or one that does not answer, a path that cannot be created
+    (under a regular file, in a read-only folder, in /proc), or one of the operator's own inputs.
+    Returns its location."""
+    where = target_location(target)
+    if target in sources or (isinstance(where, Path) and where.resolve() in
+                             {Path(s).resolve() for s in sources if "://" not in s}):
+        raise QuailError(f"target {target!r} is one of the inputs: it would be overwritten while it is read")
+    if isinstance(where, SqlLocation):
+        try:
+            with sql_engine(where.conn_id).connect():
+                pass
+        except sa.exc.SQLAlchemyError as e:
+            raise QuailError(f"target {target!r}: {e.__class__.__name__}: {str(e).splitlines()[0]}") from None
+    elif isinstance(where, Path):
+        check_writable(where, "target")
+    return where
+
+
 def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
     """Writes the tables, one after another (windows of one output), atomically to the target."""
     if isinstance(tables, pa.Table):
@@ -198,17 +267,32 @@ def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
     engine = sql_engine(where.conn_id)
     temp = f"{where.table}__quail_{uuid.uuid4().hex[:8]}"
     quote = engine.dialect.identifier_preparer.quote
-    with engine.begin() as c:  # one transaction: the swap is all or nothing
-        staging = None
-        for table in tables:
+    try:
+        with _one_transaction(engine) as c:  # all or nothing: the staging table goes with a rollback
+            staging = None
+            for table in tables:
+                if staging is None:
+                    columns = [sa.Column(f.name, _sql_type(f.type)) for f in table.schema]
+                    staging = sa.Table(temp, sa.MetaData(), *columns)
+                    staging.create(c)
+                _check_range(table, target)
+                if table.num_rows:
+                    c.execute(staging.insert(), table.to_pylist())
             if staging is None:
-                columns = [sa.Column(f.name, _sql_type(f.type)) for f in table.schema]
-                staging = sa.Table(temp, sa.MetaData(), *columns)
-                staging.create(c)
-            if table.num_rows:
-                c.execute(staging.insert(), table.to_pylist())
-        if staging is None:
-            raise QuailError("an output needs at least one table, even an empty one")
-        if sa.inspect(c).has_table(where.table):
-            c.execute(sa.text(f"DROP TABLE {quote(where.table)}"))
-        c.execute(sa.text(f"ALTER TABLE {quote(temp)} RENAME TO {quote(where.table)}"))
+                raise QuailError("an output needs at least one table, even an empty one")
+            if sa.inspect(c).has_table(where.table):
+                c.execute(sa.text(f"DROP TABLE {quote(where.table)}"))
+            c.execute(sa.text(f"ALTER TABLE {quote(temp)} RENAME TO {quote(where.table)}"))
+    except sa.exc.SQLAlchemyError as e:
+        why = str(getattr(e, "orig", e)).splitlines()[0]
+        hint = "; drop or change the views that depend on it first" if "view" in why.lower() or "depend" in why.lower() else ""
+        raise QuailError(f"target {target!r}: the table was left as it was: {why}{hint}") from None
+
+
+def _check_range(table: pa.Table, target: str) -> None:
+    """SQL integers are signed 64-bit: an unsigned value above that range is refused by name."""
+    for f, column in zip(table.schema, table.columns):
+        if pa.types.is_uint64(f.type) and table.num_rows:
+            top = pc.max(column).as_py()
+            if top is not None and top > 2**63 - 1:
+                raise QuailError(f"target {target!r}: column {f.name!r} holds {top}, beyond a SQL BIGINT")

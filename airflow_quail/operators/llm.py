@@ -15,7 +15,7 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
 from airflow_quail.hooks.quail import QuailHook
-from airflow_quail.io import iter_source, read_source, source_rows, target_location, write_target
+from airflow_quail.io import check_target, iter_source, read_source, source_rows, write_target
 from airflow_quail.lineage import operator_lineage
 from airflow_quail.staging import WindowStage
 from quail.errors import QuailError
@@ -118,7 +118,7 @@ class _LLMOperator(BaseOperator):
         """Computes the windows not staged yet, one job each, then writes the output from the staged
         windows. `ended`: a window whose job a trigger saw end, with its status."""
         try:
-            where = target_location(self.target)
+            where = check_target(self.target, [source for source, _ in self.inputs()])  # before any work
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
             run = _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from quail.errors import QuailError
+
 
 @contextmanager
 def replaced_atomically(path: str | Path) -> Iterator[Path]:
@@ -26,3 +28,23 @@ def replaced_atomically(path: str | Path) -> Iterator[Path]:
 def write_text_atomically(path: str | Path, text: str) -> None:
     with replaced_atomically(path) as tmp:
         tmp.write_text(text)
+
+
+def check_writable(path: str | Path, what: str) -> None:
+    """Refuses, before any work, a file that could not be written: a folder, a path under a regular
+    file, a folder this user may not write in (/proc, a read-only mount). Probes the nearest
+    existing folder with a temporary file, and creates nothing that stays."""
+    path = Path(path)
+    if path.is_dir():
+        raise QuailError(f"{what} {path} is a folder")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise QuailError(f"{what} {path}: {folder} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".quail-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise QuailError(f"{what} {path}: cannot write in {folder} ({e.strerror})") from None

@@ -135,3 +135,69 @@ def test_bad_object_paths_name_the_problem(memory_store):
     memory_store.pipe("/lake/bad.parquet", b"not parquet")
     with pytest.raises(QuailError, match="not a readable Parquet file"):
         read_source("memory://lake/bad.parquet")
+
+
+def _engine(conn_id: str) -> sa.Engine:
+    from airflow.sdk import BaseHook
+
+    return BaseHook.get_connection(conn_id).get_hook().get_sqlalchemy_engine()
+
+
+def _staging_left(conn_id: str) -> list[str]:
+    return [t for t in sa.inspect(_engine(conn_id)).get_table_names() if "__quail_" in t]
+
+
+@pytest.mark.parametrize("conn", ["sqlite_conn", "postgres_conn"])
+def test_a_swap_that_fails_leaves_the_old_table_and_no_staging_even_with_no_rows(conn, request):
+    """SQLite ran CREATE, DROP and RENAME outside any transaction when the output had no rows: a
+    view on the target made the RENAME fail after the DROP had committed, and the table was gone."""
+    conn_id = request.getfixturevalue(conn)
+    target = f"sql://{conn_id}/scored"
+    write_target(TABLE, target)
+    with _engine(conn_id).begin() as c:
+        c.execute(sa.text("CREATE VIEW good AS SELECT id FROM scored WHERE ok"))
+    with pytest.raises(QuailError, match="the table was left as it was: .*view"):
+        write_target(TABLE.slice(0, 0), target)
+    assert read_source(target).num_rows == 3 and _staging_left(conn_id) == []
+    with _engine(conn_id).begin() as c:
+        c.execute(sa.text("DROP VIEW good"))
+
+
+def test_an_unsigned_value_beyond_bigint_is_refused_by_column_and_nothing_is_left(sqlite_conn):
+    target = f"sql://{sqlite_conn}/scored"
+    write_target(TABLE, target)
+    with pytest.raises(QuailError, match="column 'n' holds 18446744073709551615"):
+        write_target(pa.table({"n": pa.array([1, 2**64 - 1], pa.uint64())}), target)
+    assert read_source(target).num_rows == 3 and _staging_left(sqlite_conn) == []
+
+
+@pytest.mark.parametrize("conn", ["sqlite_conn", "postgres_conn"])
+def test_a_source_query_runs_read_only(conn, request):
+    conn_id = request.getfixturevalue(conn)
+    write_target(TABLE, f"sql://{conn_id}/scored")
+    with pytest.raises(QuailError, match="source"):
+        read_source(f"sql://{conn_id}?query=DROP TABLE scored")
+    assert read_source(f"sql://{conn_id}/scored").num_rows == 3
+    assert read_source(f"sql://{conn_id}?query=SELECT id FROM scored").num_rows == 3  # the pool's connection is fine
+
+
+def test_bad_targets_are_refused_before_any_work(sqlite_conn, tmp_path):
+    from airflow_quail.io import check_target
+
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("x")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    cases = {str(a_file / "out.parquet"): "is a file, not a folder",
+             "/proc/x.parquet": "cannot write in /proc",
+             "sql://no_such_conn/t": "the connection 'no_such_conn' is not defined",
+             str(tmp_path): "outputs are .parquet",
+             str(tmp_path / "in.parquet"): "is one of the inputs"}
+    if os.geteuid() != 0:  # root writes anywhere
+        cases[str(read_only / "x.parquet")] = "cannot write in"
+    for target, says in cases.items():
+        with pytest.raises(QuailError, match=says):
+            check_target(target, [str(tmp_path / "in.parquet")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["news.db", "plain.txt", "ro"] or \
+        sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "ro"]  # no probe left behind

@@ -184,3 +184,21 @@ def test_a_device_the_machine_lacks_is_refused_naming_the_flag(tmp_path, news, c
     with pytest.raises(SystemExit) as e:
         main(["worker", "serve", "--socket", str(tmp_path / "w.sock"), "--device", "cuda:1"])
     assert e.value.code == 2 and "--device cuda:1" in capsys.readouterr().err
+
+
+def test_outputs_and_stats_that_cannot_be_written_are_refused_before_the_model_loads(tmp_path, news, capsys,
+                                                                                     monkeypatch):
+    def computes(*args, **kwargs):
+        raise AssertionError("the model was loaded before the outputs were checked")
+
+    monkeypatch.setattr("quail.session.Session.open", computes)
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("x")
+    base = ["filter", news, "--text-column", "text", "--predicate", "Sport?"]
+    fails(capsys, *base, "--output", tmp_path / "x.csv", match="--output")
+    fails(capsys, *base, "--output", a_file / "o.parquet", match="is a file, not a folder")
+    fails(capsys, *base, "--output", "/proc/o.parquet", match="cannot write in /proc")
+    fails(capsys, *base, "--output", news, match="is one of the inputs")
+    out = tmp_path / "o.parquet"
+    fails(capsys, *base, "--output", out, "--stats", a_file / "s.json", match="--stats")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["news.parquet", "plain.txt"]

@@ -105,8 +105,6 @@ def _single(args) -> Pipeline:
         raise QuailError(f"--threshold {spec.threshold} is outside [0, 1]")
     if not args.explain and not args.output:
         raise QuailError("--output is required (or --explain)")
-    if args.output and Path(args.output).is_dir():
-        raise QuailError(f"--output {args.output} is a directory")
     stats = {spec.name: args.stats} if args.stats else {}
     return Pipeline(tables, [spec], args.model, stats)
 
@@ -218,6 +216,8 @@ def run(argv=None) -> int:
         raise QuailError(f"--window-rows must be at least 1, got {args.window_rows}")
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows)
     runner.check_inputs()
+    if not explain:
+        runner.check_outputs(*(("output", "stats") if args.command in ("pipeline", "explain") else ("--output", "--stats")))
     session = _open_session(pipeline.model, args)
     if explain:
         engine = session.engine

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from quail.atomic import check_writable
 from quail.cost.observed import SelectivityStore
+from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.pipeline.compute import compute, predict
@@ -55,6 +57,22 @@ class Runner:
                 if name in self.pipeline.tables:
                     source = self.source(name)
                     text_column(source.schema().empty_table(), column, source.name, self.on_null)
+
+    def check_outputs(self, output_word: str = "output", stats_word: str = "stats") -> None:
+        """Refuses, before the model loads, an output or stats file that could not be written, an
+        output that is not Parquet, and an output that would overwrite one of the inputs."""
+        inputs = {Path(p).resolve() for p in self.pipeline.tables.values()}
+        for spec in self.pipeline.specs:
+            where = f"operator {spec.name!r}: " if len(self.pipeline.specs) > 1 else ""
+            if spec.output is not None:
+                if Path(spec.output).suffix.lower() != ".parquet":
+                    raise QuailError(f"{where}{output_word} {spec.output}: outputs are .parquet files")
+                if Path(spec.output).resolve() in inputs:
+                    raise QuailError(f"{where}{output_word} {spec.output} is one of the inputs: it would be "
+                                     f"overwritten while it is read")
+                check_writable(spec.output, f"{where}{output_word}")
+            if spec.name in self.pipeline.stats:
+                check_writable(self.pipeline.stats[spec.name], f"{where}{stats_word}")
 
     def predict(self, session: Session, plan: Plan) -> dict[str, Prediction]:
         """Each operator's predicted accounting over the rows of its source table, window by window

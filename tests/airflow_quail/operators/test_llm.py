@@ -169,3 +169,25 @@ def test_operators_template_their_questions_and_paths():
     assert {"source", "target", "predicates", "quail_plan"} <= set(LLMFilterOperator.template_fields)
     assert {"labels", "question"} <= set(LLMClassifyOperator.template_fields)
     assert {"left", "right", "condition"} <= set(LLMJoinOperator.template_fields)
+
+
+def test_a_bad_target_is_refused_before_any_work_is_sent(local_default, tmp_path):
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    import pyarrow as pa
+
+    source = tmp_path / "news.parquet"
+    pq.write_table(pa.table({"text": ["Match report: the home side won."]}), source)
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("x")
+    for target, says in ((str(a_file / "out.parquet"), "is a file, not a folder"),
+                         ("/proc/out.parquet", "cannot write in /proc"),
+                         ("sql://no_such_conn/kept", "the connection 'no_such_conn' is not defined"),
+                         (str(source), "is one of the inputs")):
+        op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target,
+                               predicates=["Is this about sport?"])
+        with pytest.raises(AirflowException, match=says):
+            op.execute(_context(1))
+    assert not local_default.exists()  # no worker was started: nothing was sent
+    assert pq.read_table(source).num_rows == 1

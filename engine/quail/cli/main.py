@@ -139,6 +139,12 @@ def _describe_worker(info: dict) -> str:
             f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass")
 
 
+def _threads(args) -> int:
+    if args.threads is not None and args.threads < 1:
+        raise QuailError(f"--threads must be at least 1, got {args.threads}")
+    return args.threads or os.cpu_count() or 1
+
+
 def _worker_token(args) -> str | None:
     """The token given: --token-file, else $QUAIL_WORKER_TOKEN."""
     return token_from_file(args.token_file) if args.token_file else os.environ.get("QUAIL_WORKER_TOKEN") or None
@@ -172,7 +178,7 @@ def _worker(args) -> None:
 
     claim_socket(location)  # before the model loads: a live worker's socket is refused at once
     token = _worker_token(args) or new_token(location)
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    torch.set_num_threads(_threads(args))
     session = _open_session(args.model, args)
     if args.max_jobs < 1:
         raise QuailError(f"--max-jobs must be at least 1, got {args.max_jobs}")
@@ -207,7 +213,7 @@ def run(argv=None) -> int:
     from quail.planner.plan import plan as make_plan
     from quail.reuse import Reuse
 
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    torch.set_num_threads(_threads(args))
     reuse = Reuse.none() if args.no_reuse else Reuse(not args.no_rewind, not args.no_prefix_sharing,
                                                       not args.no_retention, not args.no_borrowing)
     plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,

@@ -91,6 +91,11 @@ class OperatorKind:
                partners: list[str]) -> "OperatorTokens":
         raise NotImplementedError
 
+    def document_room(self, t: "OperatorTokens", context: int) -> int:
+        """The most tokens a document keeps under --truncate: the context less what follows it in
+        its longest prompt (as Session cuts them)."""
+        return context - max(t.questions)
+
     def prompts(self, t: "OperatorTokens", selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
         """Per document: (probability it is asked, tokens beyond the document) for each prompt, and
         the tokens every prompt shares after the document (chain mode computes them once)."""
@@ -109,4 +114,33 @@ def required(body: dict, key: str, where: str, kind: str):
     if key not in body:
         raise QuailError(f"{where}: {kind} needs {key!r}")
     return body[key]
+
+
+def name_setting(body: dict, key: str, where: str, kind: str) -> str:
+    """A table, operator or column name: text (a number such as a year is taken as its text)."""
+    value = required(body, key, where, kind)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise QuailError(f"{where}: {key!r} must be a name, got {value!r}")
+    return str(value)
+
+
+def number_setting(body: dict, key: str, where: str, default: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise QuailError(f"{where}: {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def count_setting(body: dict, key: str, where: str) -> int | None:
+    value = body.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise QuailError(f"{where}: {key!r} must be a whole number of rows, got {value!r}")
+    return value
+
+
+def flag_setting(body: dict, key: str, where: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise QuailError(f"{where}: {key!r} must be true or false, got {value!r}")
+    return value
 

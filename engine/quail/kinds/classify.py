@@ -2,7 +2,7 @@
 state (multi-token labels by teacher forcing on top of it)."""
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, required, texts_setting
+from quail.kinds.base import OperatorKind, name_setting, texts_setting
 from quail.planner.specs import OperatorSpec
 
 
@@ -15,9 +15,11 @@ class Classify(OperatorKind):
         from quail.ops.prompts import DEFAULT_QUESTION
 
         where = f"operator {name!r}"
-        return OperatorSpec(name, self.name, (str(required(body, "input", where, self.name)),),
-                            (str(required(body, "column", where, self.name)),),
-                            (body.get("question") or DEFAULT_QUESTION,),
+        question = body.get("question") or DEFAULT_QUESTION
+        if not isinstance(question, str):
+            raise QuailError(f"{where}: 'question' must be text, got {question!r}")
+        return OperatorSpec(name, self.name, (name_setting(body, "input", where, self.name),),
+                            (name_setting(body, "column", where, self.name),), (question,),
                             texts_setting(body, "labels", where, self.name), output=output)
 
     def add_arguments(self, p):
@@ -69,6 +71,9 @@ class Classify(OperatorKind):
 
         q = layout.label_question(spec.questions[0], list(spec.labels))
         return OperatorTokens(docs, [len(q)], [len(layout.label(x)) for x in spec.labels])
+
+    def document_room(self, t, context):
+        return context - t.questions[0] - max(t.labels)
 
     def prompts(self, t, selectivity):
         q = t.questions[0]  # every label is scored on the one document+question state

@@ -4,7 +4,7 @@ of rows that passed the previous one)."""
 import argparse
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, required, texts_setting
+from quail.kinds.base import OperatorKind, count_setting, flag_setting, name_setting, number_setting, texts_setting
 from quail.planner.specs import OperatorSpec
 
 
@@ -17,11 +17,12 @@ class Filter(OperatorKind):
 
     def from_settings(self, name, body, output):
         where = f"operator {name!r}"
-        return OperatorSpec(name, self.name, (str(required(body, "input", where, self.name)),),
-                            (str(required(body, "column", where, self.name)),),
+        return OperatorSpec(name, self.name, (name_setting(body, "input", where, self.name),),
+                            (name_setting(body, "column", where, self.name),),
                             texts_setting(body, "predicates", where, self.name),
-                            threshold=float(body.get("threshold", 0.5)), limit=body.get("limit"),
-                            keep_all=bool(body.get("keep_all", False)), output=output)
+                            threshold=number_setting(body, "threshold", where, 0.5),
+                            limit=count_setting(body, "limit", where), keep_all=flag_setting(body, "keep_all", where),
+                            output=output)
 
     def add_arguments(self, p):
         p.add_argument("input")

@@ -2,7 +2,7 @@
 row's KV and rewinds past each right row)."""
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, required, texts_setting
+from quail.kinds.base import OperatorKind, name_setting, number_setting, texts_setting
 from quail.planner.specs import OperatorSpec
 
 
@@ -19,11 +19,11 @@ class Join(OperatorKind):
         where = f"operator {name!r}"
 
         def need(key):
-            return str(required(body, key, where, self.name))
+            return name_setting(body, key, where, self.name)
 
         return OperatorSpec(name, self.name, (need("left"), need("right")), (need("left_column"), need("right_column")),
                             texts_setting(body, "condition", where, self.name),
-                            threshold=float(body.get("threshold", 0.5)), output=output)
+                            threshold=number_setting(body, "threshold", where, 0.5), output=output)
 
     def add_arguments(self, p):
         p.add_argument("left")
@@ -69,6 +69,9 @@ class Join(OperatorKind):
         rendered = [p + condition for p in layout.partners(partners)]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
                               stem=stem(rendered))
+
+    def document_room(self, t, context):
+        return (context - t.questions[0]) // 2  # the context is split evenly between the two documents
 
     def prompts(self, t, selectivity):
         return [(1.0, n_partner + t.questions[0]) for n_partner in t.partners], t.stem

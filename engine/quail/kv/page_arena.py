@@ -19,16 +19,18 @@ class PageArena:
             raise ValueError(f"an arena needs at least one page, got {num_pages}")
         self.num_pages = num_pages
         self.page_size = page_size
-        self._refs = np.zeros(num_pages, dtype=np.int64)
-        self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
+        self._refs = np.zeros(num_pages, dtype=np.int32)
+        # a stack of free page ids in one array (4 bytes a page, not a Python int each), low ids on top
+        self._free = np.arange(num_pages - 1, -1, -1, dtype=np.int32)
+        self._top = num_pages
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return self._top
 
     @property
     def num_used(self) -> int:
-        return self.num_pages - len(self._free)
+        return self.num_pages - self._top
 
     def rebuild(self, live: list[list[int]]) -> None:
         """Reference counts from the sequences still alive, after others were abandoned mid-job;
@@ -36,15 +38,18 @@ class PageArena:
         self._refs[:] = 0
         for pages in live:
             np.add.at(self._refs, np.asarray(pages, dtype=np.int64), 1)
-        self._free = [p for p in range(self.num_pages - 1, -1, -1) if self._refs[p] == 0]
+        free = np.flatnonzero(self._refs == 0)[::-1]
+        self._top = len(free)
+        self._free[: self._top] = free
 
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
 
     def allocate(self) -> int:
-        if not self._free:
+        if not self._top:
             raise ArenaFull(f"all {self.num_pages} pages are in use")
-        page = self._free.pop()
+        self._top -= 1
+        page = int(self._free[self._top])
         self._refs[page] = 1
         return page
 
@@ -61,7 +66,8 @@ class PageArena:
             raise PageError(f"page {page} is freed twice")
         self._refs[page] -= 1
         if self._refs[page] == 0:
-            self._free.append(page)
+            self._free[self._top] = page
+            self._top += 1
 
     def check_live(self, pages) -> None:
         pages = np.asarray(pages, dtype=np.int64)

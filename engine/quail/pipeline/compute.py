@@ -1,6 +1,8 @@
 """One operator's answers, keyed by input row number: what the worker sends back. Shaping them into
 the output table (outputs.py) needs the input tables and happens where they are."""
 
+from dataclasses import replace
+
 import pyarrow as pa
 
 from quail.executor.stats import Stats
@@ -30,9 +32,13 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
 
 
 def predict(session: Session, plan: Plan, spec: OperatorSpec, texts: list[str], partners: list[str],
-            reached: bool = False) -> Prediction:
+            reached: bool = False, truncate: bool = False) -> Prediction:
     """The plan's expected accounting of `spec` over these documents (and a join's partners);
-    `reached`: they are the rows that reached it, not the rows of its source table."""
+    `reached`: they are the rows that reached it, not the rows of its source table; `truncate`:
+    documents are cut to the context, as the run will cut them."""
     kind, layout = kind_of(spec.kind), session.layout
     t = kind.tokens(layout, spec, layout.documents(texts), partners)
+    if truncate:
+        room = kind.document_room(t, session.context)
+        t = replace(t, docs=[d[:room] for d in t.docs], partners=[min(p, room) for p in t.partners])
     return predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached)

@@ -36,24 +36,49 @@ class Pipeline:
 def _spec(name: str, kind: str, body: dict, output: str | None) -> OperatorSpec:
     unknown = set(body) - KINDS[kind].keys
     if unknown:
-        raise QuailError(f"operator {name!r}: unknown {kind} keys {sorted(unknown)}; allowed: {sorted(KINDS[kind].keys)}")
+        raise QuailError(f"operator {name!r}: unknown {kind} keys {sorted(map(str, unknown))}; allowed: "
+                         f"{sorted(KINDS[kind].keys)}")
     return KINDS[kind].from_settings(name, body, output)
+
+
+TOP_KEYS = frozenset({"model", "tables", "operators"})
+OPERATOR_KEYS = frozenset({"name", "output", "stats"})
+
+
+class _NoAliases(yaml.SafeLoader):
+    """A pipeline file has no use for YAML aliases, and nested ones expand without bound (a
+    "billion laughs" file): they are refused where they appear."""
+
+    def fetch_alias(self):
+        raise yaml.scanner.ScannerError(None, None, "aliases (*name) are not allowed in a pipeline file",
+                                        self.get_mark())
+
+
+def _path(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise QuailError(f"{where} must be a file path, got {value!r}")
+    return value
 
 
 def load_pipeline(path: str) -> Pipeline:
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = yaml.load(Path(path).read_text(), Loader=_NoAliases)
     except OSError as e:
-        raise QuailError(f"pipeline {path}: {e.strerror}")
-    except yaml.YAMLError as e:
-        raise QuailError(f"pipeline {path}: not valid YAML: {e}")
+        raise QuailError(f"pipeline {path}: {e.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise QuailError(f"pipeline {path}: not valid YAML: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list) or not doc["operators"]:
         raise QuailError(f"pipeline {path}: needs a list of operators")
+    if unknown := set(doc) - TOP_KEYS:
+        raise QuailError(f"pipeline {path}: unknown keys {sorted(map(str, unknown))}; allowed: {sorted(TOP_KEYS)}")
     base = Path(path).parent
     tables = doc.get("tables") or {}
     if not isinstance(tables, dict):
         raise QuailError(f"pipeline {path}: tables must map names to files")
-    tables = {str(k): str(base / v) for k, v in tables.items()}
+    tables = {str(k): str(base / _path(v, f"table {k!r}")) for k, v in tables.items()}
+    model = doc.get("model", DEFAULT_MODEL)
+    if not isinstance(model, str):
+        raise QuailError(f"pipeline {path}: model must be a name or a path, got {model!r}")
     specs, stats = [], {}
     for i, op in enumerate(doc["operators"]):
         if not isinstance(op, dict) or "name" not in op:
@@ -62,15 +87,21 @@ def load_pipeline(path: str) -> Pipeline:
         kinds = [k for k in KINDS if k in op]
         if len(kinds) != 1:
             raise QuailError(f"operator {name!r}: give exactly one of {', '.join(KINDS)}")
+        if unknown := set(op) - OPERATOR_KEYS - set(KINDS):
+            raise QuailError(f"operator {name!r}: unknown keys {sorted(map(str, unknown))}; allowed: "
+                             f"{sorted(OPERATOR_KEYS)} and one of {', '.join(KINDS)}")
         if not isinstance(op[kinds[0]], dict):
             raise QuailError(f"operator {name!r}: {kinds[0]} must be a mapping of its settings")
-        output = str(base / op["output"]) if op.get("output") else None
+        output = str(base / _path(op["output"], f"operator {name!r}: output")) if "output" in op else None
         specs.append(_spec(name, kinds[0], op[kinds[0]], output))
         if output:
-            stats[name] = str(base / op["stats"]) if op.get("stats") else output + ".stats.json"
+            stats[name] = str(base / _path(op["stats"], f"operator {name!r}: stats")) if "stats" in op \
+                else output + ".stats.json"
+        elif "stats" in op:
+            raise QuailError(f"operator {name!r}: stats needs an output")
     names = set(tables) | {s.name for s in specs}
     for s in specs:
         for i in s.inputs:
             if i not in names:
                 raise QuailError(f"operator {s.name!r}: input {i!r} is neither a table nor an operator")
-    return Pipeline(tables, specs, str(doc.get("model", DEFAULT_MODEL)), stats)
+    return Pipeline(tables, specs, model, stats)

@@ -13,6 +13,7 @@ from quail.atomic import replaced_atomically
 from quail.errors import QuailError
 
 DEFAULT_WINDOW_ROWS = 8192
+CSV_BLOCK_BYTES = 64 << 20  # a CSV row (a document) must fit one block; types are inferred from the first
 
 
 class TableSource:
@@ -28,8 +29,8 @@ class TableSource:
             raise QuailError(f"input {self.name}: no such file")
 
     def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
-        if self.csv:  # types are inferred from the first block: 16 MB of rows
-            reader = pacsv.open_csv(self.source, read_options=pacsv.ReadOptions(block_size=1 << 24))
+        if self.csv:
+            reader = self._open_csv()
             self._schema = reader.schema
             yield from reader
         else:
@@ -37,12 +38,15 @@ class TableSource:
             self._schema = file.schema_arrow
             yield from file.iter_batches(batch_size=rows)
 
+    def _open_csv(self):
+        return pacsv.open_csv(self.source, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES))
+
     def num_rows(self) -> int | None:
         """Known up front for Parquet; a CSV file's only once read."""
         return None if self.csv else self._readable(lambda: pq.ParquetFile(self.source).metadata.num_rows)
 
     def schema(self) -> pa.Schema:
-        return self._readable(lambda: pacsv.open_csv(self.source).schema if self.csv else pq.read_schema(self.source))
+        return self._readable(lambda: self._open_csv().schema if self.csv else pq.read_schema(self.source))
 
     def _readable(self, read):
         try:

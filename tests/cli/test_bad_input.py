@@ -1,0 +1,196 @@
+"""Issue 14, section 4: bad input of every kind gets `quail: error: ...` naming the row, column,
+key or flag, exit 2, and leaves nothing behind; never a traceback. Each case below broke before
+(a traceback, or silently wrong). Then a property-based fuzz of the CLI and the pipeline YAML."""
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quail.cli.main import main
+
+pytestmark = pytest.mark.usefixtures("smollm2_for_every_session")
+MODEL = ["--model", "smollm2-135m", "--dtype", "float32"]
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return e.value.code, err, out
+
+
+def refused(capsys, *argv, says: str) -> None:
+    code, err, _ = run(capsys, *argv)
+    assert code == 2 and "quail: error:" in err and says in err, err
+
+
+@pytest.fixture
+def news(tmp_path) -> Path:
+    path = tmp_path / "news.parquet"
+    pq.write_table(pa.table({"text": ["The striker scored.", "Rates rose."]}), path)
+    return path
+
+
+def _filter(source, out, *extra):
+    return ["filter", source, "--text-column", "text", "--predicate", "Is this about sport?", "--output", out,
+            *MODEL, *extra]
+
+
+def test_invalid_utf8_is_named_by_row_in_parquet_and_csv(tmp_path, capsys):
+    bad = pa.array([b"fine", b"bad \xff\xfe text"], pa.binary())
+    pq.write_table(pa.table({"text": bad}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"text": bad}).cast(pa.schema([("text", pa.string())]), safe=False), tmp_path / "s.parquet")
+    (tmp_path / "b.csv").write_bytes(b"text\n\"fine\"\n\"bad \xff\xfe\"\n")
+    for source in ("b.parquet", "s.parquet", "b.csv"):
+        refused(capsys, *_filter(tmp_path / source, tmp_path / "o.parquet"),
+                says="row 1 of column 'text' is not valid UTF-8")
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_bad_flags_are_refused(news, tmp_path, capsys):
+    refused(capsys, *_filter(news, tmp_path / "o.parquet", "--threads", "-1"), says="--threads must be at least 1")
+    refused(capsys, *_filter(news, tmp_path / "o.parquet", "--arena-pages", "1000000000"),
+            says="--arena-pages 1,000,000,000")
+    assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("settings_, says", [
+    ({"threshold": "abc"}, "'threshold' must be a number, got 'abc'"),
+    ({"limit": "2"}, "'limit' must be a whole number of rows, got '2'"),
+    ({"limit": 1.5}, "'limit' must be a whole number of rows, got 1.5"),
+    ({"keep_all": "yes"}, "'keep_all' must be true or false"),
+    ({"column": ["text"]}, "'column' must be a name"),
+])
+def test_pipeline_settings_of_the_wrong_type_are_refused(news, tmp_path, capsys, settings_, says):
+    doc = {"tables": {"n": str(news)}, "operators": [
+        {"name": "f", "filter": {"input": "n", "column": "text", "predicates": ["Sport?"], **settings_},
+         "output": "o.parquet"}]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    refused(capsys, "pipeline", tmp_path / "p.yaml", *MODEL, says=f"operator 'f': {says}")
+    assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("tables: {t: 123}\noperators: [{name: f, filter: {input: t, column: text, predicates: [x]}}]\n",
+     "table 't' must be a file path, got 123"),
+    ("tables: {n: news.parquet}\noperators:\n  - {name: f, filter: {input: n, column: text, predicates: [x]}, "
+     "outptu: o.parquet}\n", "operator 'f': unknown keys ['outptu']"),
+    ("tables: {n: news.parquet}\nmodle: x\noperators: [{name: f, filter: {input: n, column: text, predicates: [x]}}]\n",
+     "unknown keys ['modle']"),
+    ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nmodel: [*b, *b, *b, *b]\n"
+     "tables: {n: news.parquet}\noperators: [{name: f, filter: {input: n, column: text, predicates: [x]}}]\n",
+     "aliases (*name) are not allowed"),
+])
+def test_pipeline_files_with_bad_structure_are_refused(news, tmp_path, capsys, text, says):
+    (tmp_path / "p.yaml").write_text(text)
+    refused(capsys, "pipeline", tmp_path / "p.yaml", *MODEL, says=says)
+
+
+def test_a_header_only_csv_gives_an_empty_output(tmp_path, capsys):
+    (tmp_path / "h.csv").write_text("text\n")
+    code, _, _ = run(capsys, *_filter(tmp_path / "h.csv", tmp_path / "o.parquet"))
+    assert code == 0 and pq.read_table(tmp_path / "o.parquet").num_rows == 0
+
+
+def test_a_dictionary_encoded_text_column_is_read(tmp_path, capsys):
+    texts = ["The striker scored.", "Rates rose.", "The striker scored."]
+    pq.write_table(pa.table({"text": pa.array(texts).dictionary_encode()}), tmp_path / "d.parquet")
+    code, _, _ = run(capsys, *_filter(tmp_path / "d.parquet", tmp_path / "o.parquet", "--keep-all"))
+    assert code == 0 and pq.read_table(tmp_path / "o.parquet").column("text").to_pylist() == texts
+
+
+def test_a_5mb_csv_document_is_read_and_truncate_is_predicted_truly(tmp_path, capsys):
+    (tmp_path / "big.csv").write_text('text\n"' + "word " * 1_100_000 + '"\n')
+    code, _, out = run(capsys, *_filter(tmp_path / "big.csv", tmp_path / "o.parquet", "--truncate", "--explain"))
+    predicted = int(out.split("predicted: ")[1].split(" computed")[0].replace(",", ""))
+    assert code == 0 and predicted <= 8192  # smollm2's context, not the 1.1 million tokens of the document
+
+
+# The fuzz: any argv or pipeline file either runs up to the model (stopped there: nothing is computed)
+# or is refused with `quail: error:`; nothing else escapes, and a refused run leaves no file.
+
+class _WouldCompute(Exception):
+    pass
+
+
+FLAGS = ["--text-column", "--predicate", "--output", "--stats", "--threshold", "--limit", "--keep-all", "--threads",
+         "--arena-pages", "--max-batch-tokens", "--window-rows", "--on-null", "--device", "--dtype", "--truncate",
+         "--explain", "--gpu-memory-utilization"]
+VALUES = st.sampled_from(["text", "nope", "-1", "0", "1", "2.5", "nan", "inf", "abc", "", "skip", "fail", "cpu",
+                          "cuda", "o.parquet", "o.csv", "/proc/x.parquet", "sub/o.parquet", "s.json", "news.parquet",
+                          "1e309", "float32", "\x00", "é"])
+
+
+COMMANDS = {"filter": ["news.parquet", "--text-column", "text", "--predicate", "Sport?", "--output", "o.parquet"],
+            "classify": ["news.parquet", "--text-column", "text", "--label", "a", "--label", "b", "--output",
+                         "o.parquet"],
+            "join": ["news.parquet", "news.parquet", "--left-column", "text", "--right-column", "name", "--condition",
+                     "Same?", "--output", "o.parquet"]}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(command=st.sampled_from(list(COMMANDS)), drop=st.integers(0, 12),
+       argv=st.lists(st.one_of(st.sampled_from(FLAGS), VALUES), max_size=6))
+def test_fuzzed_command_lines_are_refused_cleanly_or_reach_the_model(tmp_path_factory, command, drop, argv,
+                                                                    monkeypatch_module):
+    """A valid command line, maybe cut short, with flags and values added."""
+    base = COMMANDS[command][:len(COMMANDS[command]) - drop]
+    _fuzz(tmp_path_factory.mktemp("cli"), lambda d: [command, *base, *argv], monkeypatch_module)
+
+
+KEYS = st.sampled_from(["model", "tables", "operators", "name", "filter", "classify", "join", "input", "column",
+                        "predicates", "labels", "question", "threshold", "limit", "keep_all", "left", "right",
+                        "left_column", "right_column", "condition", "output", "stats", "n", "extra"])
+LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), VALUES)
+TREES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                     st.dictionaries(KEYS, inner, max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(doc=st.dictionaries(KEYS, TREES, max_size=4),
+       base=st.sampled_from([None, {"tables": {"n": "news.parquet"}, "operators": [
+           {"name": "f", "filter": {"input": "n", "column": "text", "predicates": ["x"]}, "output": "o.parquet"}]}]))
+def test_fuzzed_pipeline_files_are_refused_cleanly_or_reach_the_model(tmp_path_factory, doc, base, monkeypatch_module):
+    def argv(d: Path):
+        merged = {**(base or {}), **doc}
+        (d / "p.yaml").write_text(yaml.safe_dump(merged, allow_unicode=True))
+        return ["pipeline", d / "p.yaml"]
+
+    _fuzz(tmp_path_factory.mktemp("yaml"), argv, monkeypatch_module)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _fuzz(d: Path, make_argv, mp) -> None:
+    pq.write_table(pa.table({"text": ["The striker scored.", "Rates rose."], "name": ["a", "b"]}), d / "news.parquet")
+
+    def would_compute(*args, **kwargs):
+        raise _WouldCompute()
+
+    mp.setattr("quail.session.Session.open", would_compute)
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        argv = [str(a) for a in make_argv(d)] + MODEL
+        before = set(os.listdir(d))
+        try:
+            main(argv)
+        except _WouldCompute:
+            return
+        except SystemExit as e:
+            assert e.code in (0, 2), (argv, e.code)
+        assert set(os.listdir(d)) <= before, argv  # a refused run leaves nothing behind
+    finally:
+        os.chdir(cwd)

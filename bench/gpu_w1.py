@@ -30,7 +30,7 @@ from quail.model.loader import LoadedModel
 from quail.model.tokenizer import Tokenizer
 from quail.ops.answers import p_yes
 from quail.session import Session
-from systems import Question, Stage, decide, left_padded
+from systems import Question, Stage, Transformers, decide, left_padded
 
 # Qwen2.5-1.5B's shape. The vocabulary stays Qwen's 151936 rows (the embedding's and the tied head's
 # size); SmolLM2's tokenizer (49152 ids) gives the tokens, all of them valid ids below it.
@@ -136,49 +136,6 @@ def yes_no(s: Session, question: list[int]) -> Question:
     return Question(question, 1, lambda lp: [p_yes(lp[-1][ids], n_yes)])
 
 
-class CudaTransformers:
-    """bench/systems.py's (a) and (b) on the model's device: the same prompts, reads and decision
-    rule, tensors made on the device; `scores` keeps P(yes) per (document, question)."""
-
-    def __init__(self, hf, device: torch.device):
-        self.hf, self.device = hf, device
-        self.computed = 0
-        self.scores: dict[tuple[int, int], float] = {}
-
-    def _score(self, question: Question, logits: torch.Tensor, key) -> list[float]:
-        out = question.score(torch.log_softmax(logits.float(), -1).cpu().numpy())
-        self.scores[key] = out[0]
-        return out
-
-    def one_at_a_time(self, stage: Stage):
-        def ask(pairs):
-            out = []
-            for d, q in pairs:
-                question = stage.questions[q]
-                ids = stage.docs[d] + question.tokens
-                logits = self.hf(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=question.keep).logits[0]
-                self.computed += len(ids)
-                out.append(self._score(question, logits, (d, q)))
-            return out
-        return ask, False
-
-    def batches(self, stage: Stage, size: int = 16):
-        def ask(pairs):
-            out = []
-            for lo in range(0, len(pairs), size):
-                batch = pairs[lo:lo + size]
-                rows = [stage.docs[d] + stage.questions[q].tokens for d, q in batch]
-                keep = max(stage.questions[q].keep for _, q in batch)
-                ids, mask = left_padded(rows)
-                logits = self.hf(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                 logits_to_keep=keep).logits
-                self.computed += sum(map(len, rows))
-                for (d, q), x in zip(batch, logits):
-                    out.append(self._score(stage.questions[q], x[keep - stage.questions[q].keep:], (d, q)))
-            return out
-        return ask, False
-
-
 def run_w1(s: Session, hf, texts: list[str], predicates: list[str], device: torch.device, repeats: int, clock,
            batch: int = 16, log=print) -> dict:
     """W1: the three-predicate filter in chain mode, Quail against (a) and (b). A warm-up each (Quail:
@@ -197,7 +154,7 @@ def run_w1(s: Session, hf, texts: list[str], predicates: list[str], device: torc
     quail_decisions = {("filter", i): ok for i, ok in enumerate(result.passed)}
     baselines = {}
     for key in ("rowwise", "batched"):
-        runner = CudaTransformers(hf, device)
+        runner = Transformers(hf, device)
 
         def run(st=stage, runner=runner, key=key):
             runner.computed = 0

@@ -89,15 +89,22 @@ def left_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _log_probs(logits: torch.Tensor) -> np.ndarray:
-    return torch.log_softmax(logits.float(), -1).numpy()
+    return torch.log_softmax(logits.float(), -1).cpu().numpy()
 
 
 class Transformers:
-    """(a), (b) and (c) share one model; `computed` counts the tokens each run feeds it."""
+    """(a), (b) and (c) share one model; `computed` counts the tokens each run feeds it, and
+    `scores` keeps each (document, question)'s first score (the GPU check compares them)."""
 
-    def __init__(self, hf):
-        self.hf = hf
+    def __init__(self, hf, device: torch.device = torch.device("cpu")):
+        self.hf, self.device = hf, device
         self.computed = 0
+        self.scores: dict[tuple[int, int], float] = {}
+
+    def _score(self, question: "Question", logits: torch.Tensor, key: tuple[int, int]) -> list:
+        out = question.score(_log_probs(logits))
+        self.scores[key] = out[0]
+        return out
 
     def one_at_a_time(self, stage: Stage):
         def ask(pairs):
@@ -105,9 +112,10 @@ class Transformers:
             for d, q in pairs:
                 question = stage.questions[q]
                 ids = stage.docs[d] + question.tokens
-                logits = self.hf(input_ids=torch.tensor([ids]), logits_to_keep=question.keep).logits[0]
+                logits = self.hf(input_ids=torch.tensor([ids], device=self.device),
+                                 logits_to_keep=question.keep).logits[0]
                 self.computed += len(ids)
-                out.append(question.score(_log_probs(logits)))
+                out.append(self._score(question, logits, (d, q)))
             return out
         return ask, False
 
@@ -119,10 +127,11 @@ class Transformers:
                 rows = [stage.docs[d] + stage.questions[q].tokens for d, q in batch]
                 keep = max(stage.questions[q].keep for _, q in batch)
                 ids, mask = left_padded(rows)
-                logits = self.hf(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
+                logits = self.hf(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                 logits_to_keep=keep).logits
                 self.computed += sum(map(len, rows))
-                for (_, q), x in zip(batch, logits):
-                    out.append(stage.questions[q].score(_log_probs(x[keep - stage.questions[q].keep:])))
+                for (d, q), x in zip(batch, logits):
+                    out.append(self._score(stage.questions[q], x[keep - stage.questions[q].keep:], (d, q)))
             return out
         return ask, False
 

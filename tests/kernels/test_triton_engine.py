@@ -1,33 +1,17 @@
 """The whole engine with the Triton paged-attention kernel selected, in Triton's interpreter on the
 CPU: a filter, a classify and a join on a tiny random model give the torch path's answers (fp32,
-1e-4) and its token accounting. The kernel module is imported under TRITON_INTERPRET, as in
-test_triton_paged_attention.py."""
-
-import importlib
-import os
+1e-4) and its token accounting. The kernel module is imported under TRITON_INTERPRET by
+conftest.py."""
 
 import pytest
 import torch
 
-os.environ["TRITON_INTERPRET"] = "1"
-try:
-    pytest.importorskip("triton")
-    importlib.import_module("quail.kernels.triton_paged_attention")  # decorated for the interpreter
-finally:
-    del os.environ["TRITON_INTERPRET"]
-from quail.executor.engine import PhysicalPlan  # noqa: E402
-from quail.model.config import ModelConfig  # noqa: E402
-from quail.model.llama import LlamaModel  # noqa: E402
-from quail.model.loader import LoadedModel  # noqa: E402
-from quail.session import Session  # noqa: E402
-from tests.conftest import tiny_hf_model  # noqa: E402
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _interpret():
-    os.environ["TRITON_INTERPRET"] = "1"
-    yield
-    del os.environ["TRITON_INTERPRET"]
+from quail.executor.engine import PhysicalPlan
+from quail.model.config import ModelConfig
+from quail.model.llama import LlamaModel
+from quail.model.loader import LoadedModel
+from quail.session import Session
+from tests.conftest import tiny_hf_model
 
 
 DOCS = ["The striker scored twice.", "Rates rose again today.", "The striker scored twice in the cup final.",

@@ -1,6 +1,6 @@
 """The Triton paged-attention kernel against the torch reference, in Triton's interpreter on the
 CPU (small shapes), and compiled for Hopper (sm_90) to check it builds without register spills.
-The kernel module is imported here under TRITON_INTERPRET, so nothing else may import it first."""
+The kernel module is imported under TRITON_INTERPRET by conftest.py."""
 
 import os
 import re
@@ -11,21 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-os.environ["TRITON_INTERPRET"] = "1"  # read by triton's import and the kernel's decoration
-try:
-    triton = pytest.importorskip("triton")
-    from quail.kernels.triton_paged_attention import paged_attention_kernel, paged_attention_triton
-finally:
-    del os.environ["TRITON_INTERPRET"]
-from quail.kernels.paged_attention import AttentionMeta, paged_attention_reference  # noqa: E402
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _interpret():
-    """The interpreter also reads TRITON_INTERPRET while it runs; other tests never see it."""
-    os.environ["TRITON_INTERPRET"] = "1"
-    yield
-    del os.environ["TRITON_INTERPRET"]
+from quail.kernels.paged_attention import AttentionMeta, paged_attention_reference
+from quail.kernels.triton_paged_attention import paged_attention_kernel, paged_attention_triton
 
 
 PAGE = 16

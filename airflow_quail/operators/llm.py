@@ -286,20 +286,22 @@ class LLMJoinOperator(_LLMOperator):
     :param right_column: the right rows' text column
     :param condition: what a matching pair satisfies (templated)
     :param threshold: P(yes) at or above which a pair matches
+    :param top_k: each left row's K right rows of highest P(yes) (at least the threshold); every
+        pair gets its `rank` within its left row
     """
 
     template_fields: Sequence[str] = ("left", "right", "target", "condition", "quail_plan")
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
-                 threshold: float = 0.5, **kwargs):
+                 threshold: float = 0.5, top_k: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.left, self.right, self.left_column, self.right_column = left, right, left_column, right_column
-        self.condition, self.threshold = condition, threshold
+        self.condition, self.threshold, self.top_k = condition, threshold, top_k
 
     def inputs(self):
         return [(self.left, self.left_column), (self.right, self.right_column)]
 
     def spec(self):
         return OperatorSpec(self.task_id, "join", (self.left, self.right), (self.left_column, self.right_column),
-                            (self.condition,), threshold=self.threshold, output=self.target)
+                            (self.condition,), threshold=self.threshold, top_k=self.top_k, output=self.target)
 

@@ -87,7 +87,7 @@ def test_join_outputs_prefixed_pairs(tmp_path, news):
                  "--condition", "Document A is about the topic in document B.", "--threshold", "0",
                  "--output", out) == 0
     t = pq.read_table(out)
-    assert t.column_names == ["left_id", "left_text", "right_topic", "p_yes"]
+    assert t.column_names == ["left_id", "left_text", "right_topic", "p_yes", "rank"]
     assert t.num_rows == len(TEXTS) * 2
 
 

@@ -48,12 +48,17 @@ class OperatorKind:
         if not 0.0 <= spec.threshold <= 1.0:
             raise QuailError(f"{where}: threshold {spec.threshold} is outside [0, 1]")
         self.check_limit(spec, where)
+        self.check_top_k(spec, where)
 
     question_word = "question"
 
     def check_limit(self, spec: OperatorSpec, where: str) -> None:
         if spec.limit is not None:
             raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
+
+    def check_top_k(self, spec: OperatorSpec, where: str) -> None:
+        if spec.top_k is not None:
+            raise QuailError(f"{where}: top_k is for a join (the best K right rows of each left row)")
 
     # running it
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",

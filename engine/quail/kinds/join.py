@@ -1,8 +1,9 @@
 """join: the pairs of left and right rows that satisfy a condition (chain mode keeps each left
-row's KV and rewinds past each right row)."""
+row's KV and rewinds past each right row); with top_k, each left row's K best right rows. Every
+pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, name_setting, number_setting, texts_setting
+from quail.kinds.base import OperatorKind, count_setting, name_setting, number_setting, texts_setting
 from quail.planner.specs import OperatorSpec
 
 
@@ -12,7 +13,7 @@ class Join(OperatorKind):
     arity = 2
     keeps_rows = False
     anchor = "left_row"
-    keys = frozenset({"left", "right", "left_column", "right_column", "condition", "threshold"})
+    keys = frozenset({"left", "right", "left_column", "right_column", "condition", "threshold", "top_k"})
     question_word = "condition"
 
     def from_settings(self, name, body, output):
@@ -23,7 +24,8 @@ class Join(OperatorKind):
 
         return OperatorSpec(name, self.name, (need("left"), need("right")), (need("left_column"), need("right_column")),
                             texts_setting(body, "condition", where, self.name),
-                            threshold=number_setting(body, "threshold", where, 0.5), output=output)
+                            threshold=number_setting(body, "threshold", where, 0.5),
+                            top_k=count_setting(body, "top_k", where), output=output)
 
     def add_arguments(self, p):
         p.add_argument("left")
@@ -31,25 +33,32 @@ class Join(OperatorKind):
         p.add_argument("--left-column", required=True)
         p.add_argument("--right-column", required=True)
         p.add_argument("--condition", required=True)
-        p.add_argument("--threshold", type=float, default=0.5)
+        p.add_argument("--threshold", type=float, default=0.5, help="the least P(yes) a pair needs")
+        p.add_argument("--top-k", type=int, help="each left row's K right rows of highest P(yes) (at least "
+                                                 "--threshold), ranked")
 
     def from_args(self, args):
         if not args.condition.strip():
             raise QuailError("--condition is empty")
         return {"left": args.left, "right": args.right}, OperatorSpec(
             "join", self.name, ("left", "right"), (args.left_column, args.right_column), (args.condition,),
-            threshold=args.threshold, output=args.output)
+            threshold=args.threshold, top_k=args.top_k, output=args.output)
 
     def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
         import pyarrow as pa
 
         (ltexts, lrows), (rtexts, rrows) = inputs
         r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows)
-        pairs = [(lrows[i], rrows[j], p) for i, ps in enumerate(r.p_yes) for j, p in enumerate(ps)
-                 if p >= spec.threshold]
-        return pa.table({"left_row": pa.array([a for a, _, _ in pairs], pa.int64()),
-                         "right_row": pa.array([b for _, b, _ in pairs], pa.int64()),
-                         "p_yes": pa.array([p for _, _, p in pairs], pa.float64())}), stats
+        pairs = [(lrows[i], rrows[j], p, rank) for i, ps in enumerate(r.p_yes)
+                 for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
+        return pa.table({"left_row": pa.array([a for a, _, _, _ in pairs], pa.int64()),
+                         "right_row": pa.array([b for _, b, _, _ in pairs], pa.int64()),
+                         "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
+                         "rank": pa.array([k for _, _, _, k in pairs], pa.int32())}), stats
+
+    def check_top_k(self, spec, where):
+        if spec.top_k is not None and spec.top_k < 1:
+            raise QuailError(f"{where}: top_k must be at least 1, got {spec.top_k}")
 
     def shape(self, spec, answers, tables, source):
         import pyarrow as pa
@@ -59,6 +68,7 @@ class Join(OperatorKind):
         columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
         columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
         columns["p_yes"] = answers.column("p_yes")
+        columns["rank"] = answers.column("rank")
         return pa.table(columns)
 
     def tokens(self, layout, spec, docs, partners):
@@ -75,3 +85,10 @@ class Join(OperatorKind):
 
     def prompts(self, t, selectivity):
         return [(1.0, n_partner + t.questions[0]) for n_partner in t.partners], t.stem
+
+
+def ranked(p_yes: list[float], threshold: float, top_k: int | None) -> list[tuple[int, float]]:
+    """One left row's right rows (index, P(yes)) at or above the threshold, best first, ties in
+    right row order; the first `top_k` of them if given."""
+    kept = sorted(((j, p) for j, p in enumerate(p_yes) if p >= threshold), key=lambda jp: (-jp[1], jp[0]))
+    return kept[:top_k] if top_k is not None else kept

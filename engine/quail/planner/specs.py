@@ -14,6 +14,7 @@ class OperatorSpec:
     labels: tuple[str, ...] = ()
     threshold: float = 0.5
     limit: int | None = None
+    top_k: int | None = None  # a join: the best K right rows of each left row
     keep_all: bool = False
     output: str | None = None
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)

@@ -58,13 +58,16 @@ class _LLMOperator(BaseOperator):
         default `[operators] default_deferrable`
     :param quail_plan: the operator's plan entry, set by the provider's planning policy (templated)
     :param window_rows: rows of the first input read, computed and staged at a time
+    :param calibration: "contextual" divides out each question's answer on content-free documents
+        (Zhao et al., 2021); "none" keeps the model's raw probabilities
     """
 
     ui_color = "#f2e6c9"
 
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-                 quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, **kwargs):
+                 quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, calibration: str = "none",
+                 **kwargs):
         super().__init__(**kwargs)
         self.target = target
         self.deferrable = deferrable
@@ -72,6 +75,7 @@ class _LLMOperator(BaseOperator):
         self.reuse = reuse
         self.quail_plan = quail_plan  # set by airflow_quail.planning.plan_quail_dag (the policy); shown in the UI
         self.window_rows = window_rows
+        self.calibration = calibration
 
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError
@@ -250,7 +254,8 @@ class LLMFilterOperator(_LLMOperator):
 
     def spec(self):
         return OperatorSpec(self.task_id, "filter", (self.source,), (self.text_column,), tuple(self.predicates),
-                            threshold=self.threshold, limit=self.limit, output=self.target)
+                            threshold=self.threshold, limit=self.limit, calibration=self.calibration,
+                            output=self.target)
 
 
 class LLMClassifyOperator(_LLMOperator):
@@ -273,7 +278,8 @@ class LLMClassifyOperator(_LLMOperator):
 
     def spec(self):
         return OperatorSpec(self.task_id, "classify", (self.source,), (self.text_column,),
-                            (self.question or DEFAULT_QUESTION,), tuple(self.labels), output=self.target)
+                            (self.question or DEFAULT_QUESTION,), tuple(self.labels), calibration=self.calibration,
+                            output=self.target)
 
 
 class LLMJoinOperator(_LLMOperator):
@@ -303,5 +309,6 @@ class LLMJoinOperator(_LLMOperator):
 
     def spec(self):
         return OperatorSpec(self.task_id, "join", (self.left, self.right), (self.left_column, self.right_column),
-                            (self.condition,), threshold=self.threshold, top_k=self.top_k, output=self.target)
+                            (self.condition,), threshold=self.threshold, top_k=self.top_k,
+                            calibration=self.calibration, output=self.target)
 

@@ -23,6 +23,8 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
         p.add_argument("--stats", help="write the token accounting to this JSON file")
         p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
         p.add_argument("--explain", action="store_true", help="print the plan and predicted accounting; run nothing")
+        p.add_argument("--calibration", choices=["none", "contextual"], default="none",
+                       help="contextual: divide out each question's answer on content-free documents")
     else:
         p.add_argument("--model", help="overrides the pipeline's model")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,

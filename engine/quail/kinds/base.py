@@ -49,6 +49,8 @@ class OperatorKind:
             raise QuailError(f"{where}: threshold {spec.threshold} is outside [0, 1]")
         self.check_limit(spec, where)
         self.check_top_k(spec, where)
+        if spec.calibration not in ("none", "contextual"):
+            raise QuailError(f"{where}: calibration {spec.calibration!r} is not one of none, contextual")
 
     question_word = "question"
 
@@ -140,6 +142,13 @@ def count_setting(body: dict, key: str, where: str) -> int | None:
     value = body.get(key)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise QuailError(f"{where}: {key!r} must be a whole number of rows, got {value!r}")
+    return value
+
+
+def calibration_setting(body: dict, where: str) -> str:
+    value = body.get("calibration", "none")
+    if value not in ("none", "contextual"):
+        raise QuailError(f"{where}: 'calibration' must be none or contextual, got {value!r}")
     return value
 
 

@@ -2,14 +2,14 @@
 state (multi-token labels by teacher forcing on top of it)."""
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, name_setting, texts_setting
+from quail.kinds.base import OperatorKind, calibration_setting, name_setting, texts_setting
 from quail.planner.specs import OperatorSpec
 
 
 class Classify(OperatorKind):
     name = "classify"
     summary = "label each row with one of the given labels"
-    keys = frozenset({"input", "column", "labels", "question"})
+    keys = frozenset({"input", "column", "labels", "question", "calibration"})
 
     def from_settings(self, name, body, output):
         from quail.ops.prompts import DEFAULT_QUESTION
@@ -20,7 +20,8 @@ class Classify(OperatorKind):
             raise QuailError(f"{where}: 'question' must be text, got {question!r}")
         return OperatorSpec(name, self.name, (name_setting(body, "input", where, self.name),),
                             (name_setting(body, "column", where, self.name),), (question,),
-                            texts_setting(body, "labels", where, self.name), output=output)
+                            texts_setting(body, "labels", where, self.name),
+                            calibration=calibration_setting(body, where), output=output)
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -41,7 +42,7 @@ class Classify(OperatorKind):
             raise QuailError(f"--label: duplicate labels {dupes}")
         return {"input": args.input}, OperatorSpec("classify", self.name, ("input",), (args.text_column,),
                                                    (args.question or DEFAULT_QUESTION,), tuple(args.label),
-                                                   output=args.output)
+                                                   calibration=args.calibration, output=args.output)
 
     def validate(self, spec, where):
         super().validate(spec, where)
@@ -53,7 +54,8 @@ class Classify(OperatorKind):
 
         [(texts, rows)] = inputs
         labels = list(spec.labels)
-        r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows)
+        r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows,
+                                    spec.calibration)
         columns = {"row": pa.array(rows, pa.int64()), "label": pa.array([labels[i] for i in r.labels], pa.string())}
         for k, label in enumerate(labels):
             columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())

@@ -4,7 +4,8 @@ of rows that passed the previous one)."""
 import argparse
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, count_setting, flag_setting, name_setting, number_setting, texts_setting
+from quail.kinds.base import (OperatorKind, calibration_setting, count_setting, flag_setting, name_setting,
+                              number_setting, texts_setting)
 from quail.planner.specs import OperatorSpec
 
 
@@ -12,7 +13,7 @@ class Filter(OperatorKind):
     name = "filter"
     summary = "keep the rows for which every predicate holds"
     narrows = True
-    keys = frozenset({"input", "column", "predicates", "threshold", "limit", "keep_all"})
+    keys = frozenset({"input", "column", "predicates", "threshold", "limit", "keep_all", "calibration"})
     question_word = "predicate"
 
     def from_settings(self, name, body, output):
@@ -22,7 +23,7 @@ class Filter(OperatorKind):
                             texts_setting(body, "predicates", where, self.name),
                             threshold=number_setting(body, "threshold", where, 0.5),
                             limit=count_setting(body, "limit", where), keep_all=flag_setting(body, "keep_all", where),
-                            output=output)
+                            calibration=calibration_setting(body, where), output=output)
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -42,7 +43,7 @@ class Filter(OperatorKind):
             raise QuailError(f"--limit must be at least 1, got {args.limit}")
         return {"input": args.input}, OperatorSpec(
             "filter", self.name, ("input",), (args.text_column,), tuple(args.predicate), threshold=args.threshold,
-            limit=args.limit, keep_all=args.keep_all, output=args.output)
+            limit=args.limit, keep_all=args.keep_all, calibration=args.calibration, output=args.output)
 
     def check_limit(self, spec, where):
         if spec.limit is not None and spec.limit < 1:
@@ -53,11 +54,19 @@ class Filter(OperatorKind):
 
         [(texts, rows)] = inputs
         r, stats = session.filter(texts, list(spec.questions), spec.threshold, spec.limit, reuse, retain,
-                                  truncate, progress, rows)
+                                  truncate, progress, rows, spec.calibration)
         columns = {"row": pa.array(rows[: len(r.passed)], pa.int64()), "passed": pa.array(r.passed, pa.bool_())}
-        for k in range(len(spec.questions)):
-            columns[f"p_yes_{k + 1}"] = pa.array([p[k] for p in r.p_yes], pa.float64())
+        for name, probs in self._probability_columns(spec, r.p_yes, r.raw_p_yes):
+            columns[name] = pa.array(probs, pa.float64())
         return pa.table(columns), stats
+
+    def _probability_columns(self, spec, p_yes, raw):
+        """p_yes_k per predicate, and p_yes_raw_k, before calibration, where it is on."""
+        for k in range(len(spec.questions)):
+            yield f"p_yes_{k + 1}", [p[k] for p in p_yes]
+        if spec.calibration != "none":
+            for k in range(len(spec.questions)):
+                yield f"p_yes_raw_{k + 1}", [p[k] for p in raw]
 
     def shape(self, spec, answers, tables, source):
         import pyarrow as pa
@@ -69,7 +78,7 @@ class Filter(OperatorKind):
         passed = pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
         if not spec.keep_all:
             return table.take(pa.array(passed, pa.int64()))
-        names = ["passed"] + [f"p_yes_{k + 1}" for k in range(len(spec.questions))]
+        names = ["passed"] + [name for name, _ in self._probability_columns(spec, [], [])]
         out = scatter(answers, table.num_rows, names, source, table)
         if spec.limit is not None and len(passed) == spec.limit:
             out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one

@@ -3,7 +3,8 @@ row's KV and rewinds past each right row); with top_k, each left row's K best ri
 pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, count_setting, name_setting, number_setting, texts_setting
+from quail.kinds.base import (OperatorKind, calibration_setting, count_setting, name_setting, number_setting,
+                              texts_setting)
 from quail.planner.specs import OperatorSpec
 
 
@@ -13,7 +14,8 @@ class Join(OperatorKind):
     arity = 2
     keeps_rows = False
     anchor = "left_row"
-    keys = frozenset({"left", "right", "left_column", "right_column", "condition", "threshold", "top_k"})
+    keys = frozenset({"left", "right", "left_column", "right_column", "condition", "threshold", "top_k",
+                      "calibration"})
     question_word = "condition"
 
     def from_settings(self, name, body, output):
@@ -25,7 +27,8 @@ class Join(OperatorKind):
         return OperatorSpec(name, self.name, (need("left"), need("right")), (need("left_column"), need("right_column")),
                             texts_setting(body, "condition", where, self.name),
                             threshold=number_setting(body, "threshold", where, 0.5),
-                            top_k=count_setting(body, "top_k", where), output=output)
+                            top_k=count_setting(body, "top_k", where), calibration=calibration_setting(body, where),
+                            output=output)
 
     def add_arguments(self, p):
         p.add_argument("left")
@@ -42,13 +45,14 @@ class Join(OperatorKind):
             raise QuailError("--condition is empty")
         return {"left": args.left, "right": args.right}, OperatorSpec(
             "join", self.name, ("left", "right"), (args.left_column, args.right_column), (args.condition,),
-            threshold=args.threshold, top_k=args.top_k, output=args.output)
+            threshold=args.threshold, top_k=args.top_k, calibration=args.calibration, output=args.output)
 
     def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
         import pyarrow as pa
 
         (ltexts, lrows), (rtexts, rrows) = inputs
-        r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows)
+        r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows,
+                                spec.calibration)
         pairs = [(lrows[i], rrows[j], p, rank) for i, ps in enumerate(r.p_yes)
                  for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
         return pa.table({"left_row": pa.array([a for a, _, _, _ in pairs], pa.int64()),

@@ -14,6 +14,7 @@ from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.answers import p_yes
+from quail.ops.calibration import yes_given
 from quail.ops.prompts import AnswerTokens
 from quail.planner.prefix_tree import stem
 
@@ -22,13 +23,18 @@ from quail.planner.prefix_tree import stem
 class FilterResult:
     p_yes: list[list[float | None]] = field(default_factory=list)  # None: chain mode never asked it
     passed: list[bool] = field(default_factory=list)
+    raw_p_yes: list[list[float | None]] = field(default_factory=list)  # before calibration
 
 
 def _passed(probs: list[float], questions: list, threshold: float) -> bool:
     return len(probs) == len(questions) and probs[-1] >= threshold
 
 
-def _chain(engine: Engine, doc, questions, answers, threshold, retain):
+def _calibrated(raw: list[float], bias: list[float] | None) -> list[float]:
+    return raw if bias is None else [yes_given(p, b) for p, b in zip(raw, bias)]
+
+
+def _chain(engine: Engine, doc, questions, answers, threshold, retain, bias):
     ids, n_yes = answers.ids, len(answers.yes)
     state = len(doc) + stem(questions)  # the questions' common opening stays with the document
 
@@ -42,16 +48,16 @@ def _chain(engine: Engine, doc, questions, answers, threshold, retain):
                                    step=f"predicate_{i + 1}")]
             probs.append(p_yes(lp, n_yes))
             engine.cache.rewind(seq, state)
-            if probs[-1] < threshold:
+            if _calibrated(probs, bias)[-1] < threshold:
                 break
         engine.cache.rewind(seq, len(doc))
-        engine.pool.keep_or_release(doc, seq, retain, _passed(probs, questions, threshold))
+        engine.pool.keep_or_release(doc, seq, retain, _passed(_calibrated(probs, bias), questions, threshold))
         return probs
 
     return program
 
 
-def _scratch(engine: Engine, doc, questions, answers, threshold, retain):
+def _scratch(engine: Engine, doc, questions, answers, threshold, retain, bias):
     """Every prompt from the document's start, or from the reused prefix it was handed."""
     ids, n_yes = answers.ids, len(answers.yes)
 
@@ -64,10 +70,10 @@ def _scratch(engine: Engine, doc, questions, answers, threshold, retain):
                                    step=f"predicate_{i + 1}")]
             engine.cache.release(seq)
             probs.append(p_yes(lp, n_yes))
-            if probs[-1] < threshold:
+            if _calibrated(probs, bias)[-1] < threshold:
                 break
         if base is not None:  # a retained document is handed on even without rewinding
-            engine.pool.keep_or_release(doc, base, retain, _passed(probs, questions, threshold))
+            engine.pool.keep_or_release(doc, base, retain, _passed(_calibrated(probs, bias), questions, threshold))
         return probs
 
     return program
@@ -83,13 +89,16 @@ def run_filter(
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
     progress=None,
+    bias: list[float] | None = None,
 ) -> tuple[FilterResult, Stats]:
+    """bias: each question's content-free P(yes) (ops/calibration.py), divided out before the
+    threshold; None: the model's raw P(yes)."""
     longest_q = max(len(q) for q in questions)
     retain = retain if reuse.retention else None
     make = _chain if reuse.rewind else _scratch
     # without rewinding, a prompt forked from a reused base may copy the base's partial last page
     extra = 0 if reuse.rewind else 1
-    programs = [Program(make(engine, doc, questions, answers, threshold, retain),
+    programs = [Program(make(engine, doc, questions, answers, threshold, retain, bias),
                         engine.cache.pages_for(len(doc) + longest_q) + extra, doc) for doc in docs]
     result, total = FilterResult(), None
     if limit is not None:  # sharing reorders documents; a row limit needs them in input order
@@ -99,8 +108,10 @@ def run_filter(
     for lo in range(0, len(programs), wave):
         probs, stats = engine.run(programs[lo : lo + wave], progress, reuse)
         total = stats if total is None else total.merge(stats)
-        for p in probs:
-            result.p_yes.append(p + [None] * (len(questions) - len(p)))
+        for raw in probs:
+            p, unasked = _calibrated(raw, bias), [None] * (len(questions) - len(raw))
+            result.p_yes.append(p + unasked)
+            result.raw_p_yes.append(raw + unasked)
             result.passed.append(_passed(p, questions, threshold))
         if limit is not None and sum(result.passed) >= limit:
             break

@@ -6,8 +6,10 @@ with "Answer:", "Answer Yes or No." scored 1.00 on the sport filter where "Answe
 0.80 (it never said yes: mean P(yes) 0.37 on sport items against 0.59).
 """
 
+import functools
 from dataclasses import dataclass
 
+from quail.errors import QuailError
 from quail.model.tokenizer import Tokenizer
 
 SYSTEM = "You answer questions about documents. Reply with one word."
@@ -35,17 +37,22 @@ class PromptLayout:
         else:
             self.preamble = chat.begin_system + tokenizer.encode(system) + chat.end_turn + chat.begin_user
             self.cue = chat.end_turn + chat.begin_assistant + tokenizer.encode("Answer:")
-        self.answers = AnswerTokens(yes=self._single_tokens("yes"), no=self._single_tokens("no"))
+    @functools.cached_property
+    def answers(self) -> AnswerTokens:
+        """The yes/no answer tokens that filters and joins (and their calibration) read; asked for
+        only by them, so a model without such tokens can still classify."""
+        return AnswerTokens(yes=self._single_tokens("yes"), no=self._single_tokens("no"))
 
     def _single_tokens(self, word: str) -> list[int]:
         ids = set()
         for variant in (word, word.capitalize(), word.upper()):
             for text in (" " + variant, variant):
                 enc = self.tok.encode(text)
-                if len(enc) == 1:
+                if len(enc) == 1 and self.tok.decode(enc).strip().lower() == word:  # not an unknown-word token
                     ids.add(enc[0])
         if not ids:
-            raise ValueError(f"the tokenizer has no single token for {word!r}")
+            raise QuailError(f"the model's tokenizer has no single token for {word!r}: filters and joins read a "
+                             f"yes/no answer (a classify needs none)")
         return sorted(ids)
 
     def document(self, text: str) -> list[int]:

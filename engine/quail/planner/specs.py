@@ -16,6 +16,7 @@ class OperatorSpec:
     limit: int | None = None
     top_k: int | None = None  # a join: the best K right rows of each left row
     keep_all: bool = False
+    calibration: str = "none"  # "contextual": each question's content-free answer divided out
     output: str | None = None
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 

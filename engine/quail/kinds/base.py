@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from quail.errors import QuailError
+from quail.ops.calibration import CALIBRATIONS
 from quail.planner.specs import OperatorSpec
 
 if TYPE_CHECKING:
@@ -49,8 +50,8 @@ class OperatorKind:
             raise QuailError(f"{where}: threshold {spec.threshold} is outside [0, 1]")
         self.check_limit(spec, where)
         self.check_top_k(spec, where)
-        if spec.calibration not in ("none", "contextual"):
-            raise QuailError(f"{where}: calibration {spec.calibration!r} is not one of none, contextual")
+        if spec.calibration not in CALIBRATIONS:
+            raise QuailError(f"{where}: calibration {spec.calibration!r} is not one of {', '.join(CALIBRATIONS)}")
 
     question_word = "question"
 
@@ -147,8 +148,8 @@ def count_setting(body: dict, key: str, where: str) -> int | None:
 
 def calibration_setting(body: dict, where: str) -> str:
     value = body.get("calibration", "none")
-    if value not in ("none", "contextual"):
-        raise QuailError(f"{where}: 'calibration' must be none or contextual, got {value!r}")
+    if value not in CALIBRATIONS:
+        raise QuailError(f"{where}: 'calibration' must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
     return value
 
 
@@ -157,4 +158,3 @@ def flag_setting(body: dict, key: str, where: str) -> bool:
     if not isinstance(value, bool):
         raise QuailError(f"{where}: {key!r} must be true or false, got {value!r}")
     return value
-

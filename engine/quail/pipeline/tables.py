@@ -24,7 +24,6 @@ def text_column(table: pa.Table, column: str, source: str, on_null: str,
     return texts, rows
 
 
-
 def _as_text(col: pa.ChunkedArray, column: str, source: str, first_row: int) -> pa.ChunkedArray:
     """The column as strings: dictionary-encoded text decoded, an all-NULL column (a CSV file with
     only its header) as NULL strings, and bytes (a CSV reader's guess for invalid UTF-8) decoded,

@@ -125,8 +125,12 @@ class _LLMOperator(BaseOperator):
             where = check_target(self.target, [source for source, _ in self.inputs()])  # before any work
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
+            hook = QuailHook(self.quail_conn_id)
+            # a window a trigger saw end is fetched from the worker that ran it; else the run's worker
+            client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
+                hook.get_conn(run=f"{ti.dag_id}\x1f{ti.run_id}")
             run = _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
-                           QuailHook(self.quail_conn_id).get_conn(), *self.plan_entry(),
+                           client, *self.plan_entry(),
                            Reuse() if self.reuse else Reuse.none(), source_rows(self.inputs()[0][0]))
             spec, started, done, records = self.spec(), time.monotonic(), [], []
             for k, offset, tables, docs, last in self._windows():
@@ -161,7 +165,7 @@ class _LLMOperator(BaseOperator):
             predicted.add(Prediction.from_dict(r["predicted"]))
         self.rows_out = sum(r["rows"] for r in records)
         return {"target": self.target, "rows_in": sum(r["rows_in"] for r in records), "rows_out": self.rows_out,
-                "windows": len(records), "stats": stats.to_dict(), "predicted": predicted.rounded(),
+                "windows": len(records), "worker": run.client.location, "stats": stats.to_dict(), "predicted": predicted.rounded(),
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
 
@@ -169,13 +173,14 @@ class _LLMOperator(BaseOperator):
         """Window k's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""
         job, attached = run.client.submit(replace(run.identity, window=k), part, run.op, run.reuse, docs, window,
                                           run.plan)
-        self.job_id = job
+        self.job_id, self.worker_location = job, run.client.location
         self.log.info("Quail job %s %s for window %d (rows from %d)", job, "re-attached" if attached else "submitted",
                       k, window.first_row)
         if self.deferrable:
             from airflow_quail.triggers.quail import QuailJobTrigger
 
-            self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id), method_name="execute_complete",
+            self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id, location=run.client.location),
+                       method_name="execute_complete",
                        kwargs={"window": k})
         return run.client.wait(job, on_progress=self._progress_log())
 
@@ -226,7 +231,7 @@ class _LLMOperator(BaseOperator):
         that dies without this call leaves its job to finish, and the retry re-attaches to it."""
         job = getattr(self, "job_id", None)
         if job:
-            QuailHook(self.quail_conn_id).get_conn().cancel(job)
+            QuailHook(self.quail_conn_id).client_at(self.worker_location).cancel(job)
 
 
 class LLMFilterOperator(_LLMOperator):

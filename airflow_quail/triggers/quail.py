@@ -14,25 +14,31 @@ class QuailJobTrigger(BaseTrigger):
     :param job_id: the job the operator submitted
     :param quail_conn_id: the `quail` connection naming the worker
     :param poll_interval: seconds between status calls
+    :param location: the worker the task chose (one of the connection's); None: the connection's one
     """
 
-    def __init__(self, job_id: str, quail_conn_id: str = QuailHook.default_conn_name, poll_interval: float = 2.0):
+    def __init__(self, job_id: str, quail_conn_id: str = QuailHook.default_conn_name, poll_interval: float = 2.0,
+                 location: str | None = None):
         super().__init__()
         self.job_id = job_id
         self.quail_conn_id = quail_conn_id
         self.poll_interval = poll_interval
+        self.location = location
 
     def serialize(self):
         return ("airflow_quail.triggers.quail.QuailJobTrigger",
-                {"job_id": self.job_id, "quail_conn_id": self.quail_conn_id, "poll_interval": self.poll_interval})
+                {"job_id": self.job_id, "quail_conn_id": self.quail_conn_id, "poll_interval": self.poll_interval,
+                 "location": self.location})
 
     async def run(self):
-        client = await asyncio.to_thread(QuailHook(self.quail_conn_id).get_conn)
+        hook = QuailHook(self.quail_conn_id)
+        client = await asyncio.to_thread(hook.client_at, self.location) if self.location else \
+            await asyncio.to_thread(hook.get_conn)
         while True:
             status = await asyncio.to_thread(client.status, self.job_id)
             self.log.info("Quail job %s: %s, %d/%d rows", self.job_id, status["state"], status["rows_done"],
                           status["rows"])
             if status["state"] in ENDED:
-                yield TriggerEvent(status)
+                yield TriggerEvent({**status, "worker": client.location})
                 return
             await asyncio.sleep(self.poll_interval)

@@ -74,6 +74,7 @@ class Job:
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
+    document_tokens: int = 0  # its first input's documents, tokenized: the load it brings
     id: str = field(default_factory=lambda: secrets.token_hex(16))  # a capability: only the submitter has it
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
@@ -102,6 +103,11 @@ class Job:
     @property
     def window(self) -> Window:
         return self.submission.window
+
+    @property
+    def queued_tokens(self) -> int:
+        """Document tokens not computed yet: what a router weighs this job by."""
+        return 0 if self.ended else self.document_tokens * (self.rows - self.rows_done) // max(self.rows, 1)
 
     def release_inputs(self) -> None:
         """An ended job keeps its answers until they expire, not its documents: a worker's memory

@@ -140,7 +140,8 @@ class Worker(flight.FlightServerBase):
             else:
                 if existing is not None:  # stale: the task's input or its operator changed since
                     self._cancel(existing)
-                job = Job(submission, inputs, content, documents)
+                tokens = sum(map(len, self.session.loaded.tokenizer.encode_batch(inputs[0][0])))
+                job = Job(submission, inputs, content, documents, tokens)
                 self.jobs[job.id] = job
                 self.by_identity[identity.key] = job.id
                 self.runners.submit(self._run, job)
@@ -184,6 +185,7 @@ class Worker(flight.FlightServerBase):
                 "device": str(engine.model.device), "arena_pages": engine.plan.arena_pages,
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
                 "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size,
+                "queued_tokens": sum(j.queued_tokens for j in list(self.jobs.values())),
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None}
 
     def _predict(self, sub: Submission, inputs: list[tuple[list[str], list[int]]]) -> Prediction:

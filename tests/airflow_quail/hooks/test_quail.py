@@ -69,3 +69,31 @@ def test_the_connections_device_reaches_the_local_worker(local_default, monkeypa
         QuailHook().get_conn()
     [log] = local_default.glob("*.log")
     assert "quail: error: --device cuda: torch" in log.read_text()  # the worker was asked for CUDA
+
+
+def test_a_connection_listing_two_workers_keeps_each_run_on_one_and_fails_over(smollm2, tmp_path, monkeypatch):
+    from quail.executor.engine import PhysicalPlan
+    from quail.session import Session
+    from quail.worker.server import Worker
+
+    locations = [f"grpc+unix://{tmp_path}/w{i}.sock" for i in range(2)]
+    servers = {loc: Worker(Session(smollm2, PhysicalPlan(256, 512)), loc, token="tok") for loc in locations}
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_POOL", json.dumps({"conn_type": "quail", "password": "tok",
+                                                              "extra": {"workers": locations}}))
+    try:
+        hook = QuailHook("quail_pool")
+        homes = {run: hook.get_conn(run=f"d\x1f{run}").location for run in (f"r{i}" for i in range(24))}
+        assert set(homes.values()) == set(locations)  # the runs spread over both
+        first = hook.get_conn(run="d\x1fr0")
+        assert first.location == homes["r0"]
+        _run(first, "sport", "r0")
+        _, kept = _run(hook.get_conn(run="d\x1fr0"), "kind", "r0")  # the run's next task: the same worker
+        assert kept["tokens_reused"]["retention"] > 0
+        servers.pop(homes["r0"]).shutdown()  # the run's worker goes away
+        other = hook.get_conn(run="d\x1fr0")
+        assert other.location != homes["r0"]  # failed over to the next in the run's hash order
+        answers, stats = _run(other, "kind", "r0")
+        assert stats["tokens_reused"]["retention"] == 0 and len(answers) == len(TEXTS)  # recomputed there
+    finally:
+        for server in servers.values():
+            server.shutdown()

@@ -51,7 +51,7 @@ class QuailHook(BaseHook):
             return self._routed(list(workers), run or "", token)
         if host:
             location = host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"
-            return self.client_at(location)
+            return _client(location, token)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
                                               extra.get("arena_pages"), extra.get("device") or "auto")
         return WorkerClient(location, token)
@@ -60,13 +60,13 @@ class QuailHook(BaseHook):
         """A client for one of the connection's workers (the one a task chose), with its token; with
         no password, the token a worker on this machine wrote for this user, if any."""
         _, _, token, _ = self._settings()
-        return WorkerClient(location, token or read_token(location))
+        return _client(location, token)
 
     def _routed(self, workers: list[str], run: str, token: str | None) -> WorkerClient:
         loads = {}
         for location in workers:
             try:
-                loads[location] = self.client_at(location).info()["queued_tokens"]
+                loads[location] = _client(location, token).info()["queued_tokens"]
             except QuailError as e:
                 self.log.warning("Quail worker %s does not answer (%s); passed over", location, e)
         chosen = route(workers, run, loads)
@@ -79,4 +79,8 @@ class QuailHook(BaseHook):
         elif chosen.worker != chosen.order[0]:
             self.log.warning("the run's Quail worker %s does not answer: failing over to %s", chosen.order[0],
                              chosen.worker)
-        return self.client_at(chosen.worker)
+        return _client(chosen.worker, token)
+
+
+def _client(location: str, token: str | None) -> WorkerClient:
+    return WorkerClient(location, token or read_token(location))

@@ -31,13 +31,13 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
     return kind_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
 
 
-def predict(session: Session, plan: Plan, spec: OperatorSpec, texts: list[str], partners: list[str],
+def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[int]], partners: list[str],
             reached: bool = False, truncate: bool = False) -> Prediction:
-    """The plan's expected accounting of `spec` over these documents (and a join's partners);
-    `reached`: they are the rows that reached it, not the rows of its source table; `truncate`:
-    documents are cut to the context, as the run will cut them."""
-    kind, layout = kind_of(spec.kind), session.layout
-    t = kind.tokens(layout, spec, layout.documents(texts), partners)
+    """The plan's expected accounting of `spec` over these documents (`session.layout.documents`,
+    and a join's partners); `reached`: they are the rows that reached it, not the rows of its
+    source table; `truncate`: documents are cut to the context, as the run will cut them."""
+    kind = kind_of(spec.kind)
+    t = kind.tokens(session.layout, spec, docs, partners)
     if truncate:
         room = kind.document_room(t, session.context)
         t = replace(t, docs=[d[:room] for d in t.docs], partners=[min(p, room) for p in t.partners])

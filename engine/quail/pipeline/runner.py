@@ -97,7 +97,7 @@ class Runner:
             partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if many else []
             total = Prediction()
             for part in texts(table_of(s.inputs[0]), s.columns[0]):
-                total.add(predict(session, plan, s, part, partners, truncate=self.truncate))
+                total.add(predict(session, plan, s, session.layout.documents(part), partners, truncate=self.truncate))
             out[s.name] = total
         return out
 

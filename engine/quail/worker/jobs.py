@@ -74,7 +74,7 @@ class Job:
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
-    document_tokens: int = 0  # its first input's documents, tokenized: the load it brings
+    docs: list[list[int]] = field(default_factory=list)  # the first input's documents, as the layout renders them
     id: str = field(default_factory=lambda: secrets.token_hex(16))  # a capability: only the submitter has it
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
@@ -88,9 +88,11 @@ class Job:
     error: str | None = None
     cancel_requested: bool = False
     rows: int = field(init=False)
+    document_tokens: int = field(init=False)  # the load it brings
 
     def __post_init__(self):
         self.rows = len(self.inputs[0][0])
+        self.document_tokens = sum(map(len, self.docs))
 
     @property
     def identity(self) -> Identity:
@@ -112,7 +114,7 @@ class Job:
     def release_inputs(self) -> None:
         """An ended job keeps its answers until they expire, not its documents: a worker's memory
         follows the windows in flight, not the tables it has seen."""
-        self.inputs = []
+        self.inputs, self.docs = [], []
 
     @property
     def ended(self) -> bool:

@@ -130,6 +130,8 @@ class Worker(flight.FlightServerBase):
         documents = documents_digest(inputs)
         content = content_digest(submission, self.model, documents)
         identity = submission.identity
+        # tokenized once, outside the lock: the job's load now, its prediction when it has run
+        docs = self.session.layout.documents(inputs[0][0])
         with self.lock:
             self._expire()
             existing = self.jobs.get(self.by_identity.get(identity.key, ""))
@@ -140,8 +142,7 @@ class Worker(flight.FlightServerBase):
             else:
                 if existing is not None:  # stale: the task's input or its operator changed since
                     self._cancel(existing)
-                tokens = sum(map(len, self.session.loaded.tokenizer.encode_batch(inputs[0][0])))
-                job = Job(submission, inputs, content, documents, tokens)
+                job = Job(submission, inputs, content, documents, docs)
                 self.jobs[job.id] = job
                 self.by_identity[identity.key] = job.id
                 self.runners.submit(self._run, job)
@@ -188,11 +189,11 @@ class Worker(flight.FlightServerBase):
                 "queued_tokens": sum(j.queued_tokens for j in list(self.jobs.values())),
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None}
 
-    def _predict(self, sub: Submission, inputs: list[tuple[list[str], list[int]]]) -> Prediction:
+    def _predict(self, sub: Submission, docs: list[list[int]], inputs: list[tuple[list[str], list[int]]]) -> Prediction:
         """The plan's expected accounting of the job's documents, beside the actual: the figures the
         planner decided on, checked run by run."""
         partners = inputs[1][0] if len(inputs) > 1 else []
-        return predict(self.session, sub.dag_plan, sub.spec, inputs[0][0], partners, reached=True)
+        return predict(self.session, sub.dag_plan, sub.spec, docs, partners, reached=True)
 
     # the job loop
     def _job(self, job_id: str) -> Job:
@@ -225,7 +226,7 @@ class Worker(flight.FlightServerBase):
             sub = job.submission
             answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
                                      scope=sub.identity.scope)
-            job.predicted = self._predict(sub, job.inputs).rounded()
+            job.predicted = self._predict(sub, job.docs, job.inputs).rounded()
             if (seen := KINDS[job.spec.kind].observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)

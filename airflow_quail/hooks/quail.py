@@ -41,17 +41,23 @@ class QuailHook(BaseHook):
             return None, None, None, {}  # no quail_default: the embedded default on a local worker
         return conn.host, conn.port, conn.password, conn.extra_dejson
 
+    def _remote(self) -> tuple[list[str], str | None, dict]:
+        """The workers the connection names (none: a local worker on demand), its token and extras."""
+        host, port, token, extra = self._settings()
+        workers = list(extra.get("workers") or [])
+        if not workers and host:
+            workers = [host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"]
+        return workers, token, extra
+
     def get_conn(self, run: str | None = None) -> WorkerClient:
         """The worker for a task of DAG run `run` (its routing key): with several workers listed in
         the extras (`{"workers": ["grpc://h1:8815", ...]}`), the run's home (quail.worker.routing);
         else the connection's one worker."""
-        host, port, token, extra = self._settings()
-        workers = extra.get("workers")
+        workers, token, extra = self._remote()
+        if len(workers) > 1:
+            return self._routed(workers, run or "", token)
         if workers:
-            return self._routed(list(workers), run or "", token)
-        if host:
-            location = host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"
-            return _client(location, token)
+            return _client(workers[0], token)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
                                               extra.get("arena_pages"), extra.get("device") or "auto")
         return WorkerClient(location, token)
@@ -62,13 +68,29 @@ class QuailHook(BaseHook):
         _, _, token, _ = self._settings()
         return _client(location, token)
 
+    def loads(self) -> dict[str, dict | str]:
+        """Every worker the connection names, with its `info` (model, device, queued tokens, active
+        jobs, pages) or why it does not answer. Starts no local worker."""
+        workers, token, _ = self._remote()
+        return _loads(workers, token)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The connection form's Test button: each worker's load, or why it does not answer."""
+        loads = self.loads()
+        if not loads:
+            return True, "no host: a local worker is started on demand for the extras' model"
+        lines = [f"{loc}: {info}" if isinstance(info, str) else
+                 f"{loc}: {info['model']} on {info['device']}, {info['active_jobs']} job(s), "
+                 f"{info['queued_tokens']:,} queued tokens" for loc, info in loads.items()]
+        return all(not isinstance(info, str) for info in loads.values()), "; ".join(lines)
+
     def _routed(self, workers: list[str], run: str, token: str | None) -> WorkerClient:
         loads = {}
-        for location in workers:
-            try:
-                loads[location] = _client(location, token).info()["queued_tokens"]
-            except QuailError as e:
-                self.log.warning("Quail worker %s does not answer (%s); passed over", location, e)
+        for location, info in _loads(workers, token).items():
+            if isinstance(info, str):
+                self.log.warning("Quail worker %s does not answer (%s); passed over", location, info)
+            else:
+                loads[location] = info["queued_tokens"]
         chosen = route(workers, run, loads)
         if chosen is None:
             raise QuailError(f"none of the connection's Quail workers answers: {', '.join(workers)}")
@@ -80,6 +102,16 @@ class QuailHook(BaseHook):
             self.log.warning("the run's Quail worker %s does not answer: failing over to %s", chosen.order[0],
                              chosen.worker)
         return _client(chosen.worker, token)
+
+
+def _loads(workers: list[str], token: str | None) -> dict[str, dict | str]:
+    loads = {}
+    for location in workers:
+        try:
+            loads[location] = _client(location, token).info()
+        except QuailError as e:
+            loads[location] = str(e)
+    return loads
 
 
 def _client(location: str, token: str | None) -> WorkerClient:

@@ -1,11 +1,14 @@
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from quail.errors import QuailError
 from quail.worker.local import stop_local_workers
 from quail.worker.tokens import read_token
 
@@ -13,12 +16,14 @@ ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture
-def airflow_env(tmp_path):
-    """A real Airflow home (SQLite metadata database) with the example DAGs serialized; the
-    embedded smollm2 in fp32 behind quail_default, and the local worker stopped afterwards."""
+def airflow_env(tmp_path, request):
+    """A real Airflow home (SQLite metadata database) with the example DAGs (or, marked test_dags,
+    the tests' DAGs) serialized; the embedded smollm2 in fp32 behind quail_default, and the local
+    worker stopped afterwards."""
+    dags = Path(__file__).parent / "system" / "dags" if request.node.get_closest_marker("test_dags") else ROOT / "dags"
     env = dict(os.environ,
                AIRFLOW_HOME=str(tmp_path / "airflow"), QUAIL_HOME=str(tmp_path / "quail"),
-               AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__DAGS_FOLDER=str(dags), AIRFLOW__CORE__LOAD_EXAMPLES="False",
                AIRFLOW_CONN_QUAIL_DEFAULT=json.dumps({"conn_type": "quail",
                                                       "extra": {"model": "smollm2-135m", "dtype": "float32"}}),
                AIRFLOW_CONN_QUAIL_DEMO_DB=json.dumps({"conn_type": "sqlite", "host": str(tmp_path / "demo.db")}),
@@ -60,3 +65,43 @@ def local_default(tmp_path, monkeypatch):
         {"conn_type": "quail", "extra": {"model": "smollm2-135m", "dtype": "float32", "arena_pages": 1024}}))
     yield tmp_path / "worker"
     stop_local_workers(tmp_path / "worker")
+
+
+@pytest.fixture
+def two_workers(tmp_path):
+    """Two `quail worker serve` processes (smollm2, fp32) on loopback ports with one token:
+    {location: process}, the token file. Each is killed afterwards."""
+    from quail.worker.client import WorkerClient
+
+    token_file = tmp_path / "worker.token"
+    token_file.write_text("two-workers-token")
+    token_file.chmod(0o600)
+    procs = {}
+    try:
+        for i in range(2):
+            port = free_port()
+            log = open(tmp_path / f"quail-worker-{i}.log", "w")
+            procs[f"grpc://127.0.0.1:{port}"] = subprocess.Popen(
+                [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", "smollm2-135m", "--dtype", "float32",
+                 "--port", str(port), "--token-file", str(token_file), "--arena-pages", "1024", "--threads", "1"],
+                stdout=log, stderr=log, start_new_session=True)
+        for location, proc in procs.items():
+            deadline = time.time() + 180
+            while True:
+                try:
+                    WorkerClient(location, "two-workers-token", timeout=5).info()
+                    break
+                except QuailError:
+                    assert proc.poll() is None and time.time() < deadline, f"the worker at {location} did not start"
+                    time.sleep(0.5)
+        yield procs, token_file
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -85,6 +85,10 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--host", default="127.0.0.1", help="listen here (default: loopback only)")
     w.add_argument("--port", type=int, default=DEFAULT_PORT)
     w.add_argument("--socket", help="listen on (or, for status, talk to) this Unix socket instead")
+    w.add_argument("--all", action="store_true", help="status: one line per worker, with its load: the local "
+                                                      "workers this user started, and each --worker")
+    w.add_argument("--worker", action="append", default=[], metavar="LOCATION",
+                   help="status --all: also this worker (grpc://HOST:PORT, with the token given); repeatable")
     w.add_argument("--token-file", help="a file (mode 0600) holding the bearer token clients must send; default: "
                                         "$QUAIL_WORKER_TOKEN, else a random one written beside the socket, or "
                                         "under $QUAIL_HOME/worker for a port, for this user only")
@@ -142,6 +146,19 @@ def _describe_worker(info: dict) -> str:
             f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass")
 
 
+def _describe_load(location: str, token: str | None) -> str:
+    """One worker's line in `status --all`: what it runs and how loaded it is."""
+    from quail.worker.client import WorkerClient
+
+    try:
+        info = WorkerClient(location, token, timeout=5).info()
+    except QuailError as e:
+        return f"{location}  does not answer: {e}"
+    return (f"{location}  {info['model']} on {info['device']}  {info['active_jobs']} job(s), "
+            f"{info['queued_tokens']:,} queued tokens  {info['free_pages']:,}/{info['arena_pages']:,} pages free, "
+            f"{info['retained_pages']:,} retained")
+
+
 def _threads(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise QuailError(f"--threads must be at least 1, got {args.threads}")
@@ -160,6 +177,17 @@ def _worker(args) -> None:
         stopped = stop_local_workers()
         print(f"stopped {len(stopped)} local worker(s)" + (f": pid {', '.join(map(str, stopped))}" if stopped else ""))
         return
+    if args.action == "status" and args.all:
+        from quail.worker.local import local_workers
+
+        token = _worker_token(args)
+        for location, local_token in local_workers():
+            print(_describe_load(location, local_token))
+        for location in args.worker:
+            print(_describe_load(location, token or read_token(location)))
+        return
+    if args.worker:
+        raise QuailError("--worker is for `quail worker status --all`")
     location = f"grpc+unix://{Path(args.socket).resolve()}" if args.socket else f"grpc://{args.host}:{args.port}"
     if args.action == "status":
         from quail.worker.client import WorkerClient

@@ -187,6 +187,7 @@ class Worker(flight.FlightServerBase):
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
                 "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size,
                 "queued_tokens": sum(j.queued_tokens for j in list(self.jobs.values())),
+                "active_jobs": sum(not j.ended for j in list(self.jobs.values())),
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None}
 
     def _predict(self, sub: Submission, docs: list[list[int]], inputs: list[tuple[list[str], list[int]]]) -> Prediction:

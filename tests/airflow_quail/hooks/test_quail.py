@@ -82,6 +82,8 @@ def test_a_connection_listing_two_workers_keeps_each_run_on_one_and_fails_over(s
                                                               "extra": {"workers": locations}}))
     try:
         hook = QuailHook("quail_pool")
+        ok, said = hook.test_connection()  # the connection form's Test button: each worker's load
+        assert ok and all(f"{loc}: smollm2-135m on cpu, 0 job(s), 0 queued tokens" in said for loc in locations)
         homes = {run: hook.get_conn(run=f"d\x1f{run}").location for run in (f"r{i}" for i in range(24))}
         assert set(homes.values()) == set(locations)  # the runs spread over both
         first = hook.get_conn(run="d\x1fr0")
@@ -90,6 +92,8 @@ def test_a_connection_listing_two_workers_keeps_each_run_on_one_and_fails_over(s
         _, kept = _run(hook.get_conn(run="d\x1fr0"), "kind", "r0")  # the run's next task: the same worker
         assert kept["tokens_reused"]["retention"] > 0
         servers.pop(homes["r0"]).shutdown()  # the run's worker goes away
+        ok, said = hook.test_connection()
+        assert not ok and f"{homes['r0']}: no Quail worker answers" in said
         other = hook.get_conn(run="d\x1fr0")
         assert other.location != homes["r0"]  # failed over to the next in the run's hash order
         answers, stats = _run(other, "kind", "r0")

@@ -1,5 +1,5 @@
 """A filter, then a classify of the rows it kept: the DAG of the several-worker tests. Its source
-and output folder come from the environment; each task may be put on a Celery queue of its own."""
+and output folder come from the environment; each task has a Celery queue of its own."""
 
 import os
 from pathlib import Path
@@ -19,7 +19,7 @@ with DAG("quail_routed", schedule=None, start_date=pendulum.datetime(2026, 1, 1,
         predicates=["Is this article about sport?"],
         threshold=0.0,  # every row goes on, so that the classify always has KV to reuse
         target=f"{OUT}/{{{{ run_id }}}}/kept.parquet",
-        queue=os.environ.get("QUAIL_TEST_QUEUE_KEPT", "default"),
+        queue="quail_filter",  # Celery queues, one Celery worker each in the CeleryExecutor test
     )
     topic = LLMClassifyOperator(
         task_id="topic",
@@ -27,6 +27,6 @@ with DAG("quail_routed", schedule=None, start_date=pendulum.datetime(2026, 1, 1,
         text_column="text",
         labels=["sport", "business", "politics"],
         target=f"{OUT}/{{{{ run_id }}}}/topic.parquet",
-        queue=os.environ.get("QUAIL_TEST_QUEUE_TOPIC", "default"),
+        queue="quail_classify",
     )
     kept >> topic

@@ -1,10 +1,15 @@
-"""OpenLineage for the operators: their sources and targets as datasets, named by the OpenLineage
-naming conventions, and the output's row count. Used where the OpenLineage provider is installed:
-it calls the operators' get_openlineage_facets_on_start/on_complete."""
+"""Lineage for the operators: their sources and targets as OpenLineage datasets, named by the
+OpenLineage naming conventions, with the output's row count (the OpenLineage provider calls the
+operators' get_openlineage_facets_on_start/on_complete); and as Airflow Assets with URIs made from
+the same names, the target an outlet and the sources inlets, so a DAG can be scheduled on a Quail
+output."""
 
 from pathlib import Path
 
+from airflow.exceptions import AirflowException
+
 from airflow_quail.io import object_path, parse_sql, sql_engine
+from quail.errors import QuailError
 
 _DEFAULT_SCHEMA = {"postgresql": "public"}
 _DEFAULT_PORT = {"postgresql": 5432, "mysql": 3306}
@@ -28,6 +33,36 @@ def dataset_name(uri: str) -> tuple[str, str] | None:
     if path is None or path.protocol == "file":
         return "file", str(Path(path.path if path is not None else uri).resolve())
     return path.namespace, path.key
+
+
+def asset_uri(uri: str) -> str | None:
+    """The Asset URI of a source or target: sqlite:///path/to.db/table,
+    postgres://host:port/database/schema/table, file:///path, s3://bucket/key. None for a SQL
+    query, a templated one (known only when the task runs) or a connection not defined here."""
+    if "{{" in uri or "{%" in uri:
+        return None
+    try:
+        named = dataset_name(uri)
+    except (QuailError, AirflowException):
+        return None
+    if named is None:
+        return None
+    namespace, name = named
+    if namespace == "file":
+        return f"file://{name}"
+    if namespace.startswith("postgres://"):
+        return f"{namespace}/{name.replace('.', '/')}"  # the provider's form: database/schema/table
+    return f"{namespace}/{name}"
+
+
+def quail_asset(uri: str):
+    """The Asset a Quail operator declares for `uri` (a target or source), for `schedule=[...]`."""
+    from airflow.sdk import Asset
+
+    found = asset_uri(uri)
+    if found is None:
+        raise QuailError(f"{uri} has no Asset: a SQL query, a templated path or an undefined connection")
+    return Asset(found)
 
 
 def operator_lineage(sources: list[str], target: str, rows_out: int | None = None):

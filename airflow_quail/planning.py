@@ -16,8 +16,8 @@ from quail.planner.plan import OperatorPlan, Plan, plan
 
 
 def dag_plan(dag) -> Plan | None:
-    """The plan of the DAG's Quail operators, or None if it has none."""
-    ops = [t for t in dag.topological_sort() if isinstance(t, _LLMOperator)]
+    """The plan of the DAG's Quail operators, mapped ones included, or None if it has none."""
+    ops = [op for op in map(_planned, dag.topological_sort()) if op is not None]
     if not ops:
         return None
     producer = {op.target: op.task_id for op in ops}
@@ -29,16 +29,44 @@ def dag_plan(dag) -> Plan | None:
     return plan(specs)
 
 
+def _planned(task) -> _LLMOperator | None:
+    """The Quail operator a task plans as. A mapped one (`.partial(...).expand(...)`) plans as one
+    operator of its partial arguments: an input expanded over a Quail operator's output (its
+    manifests' targets) reads that operator's target, so retention is planned from it to each
+    mapped index; one expanded over a list plans with its first value. Each index computes and
+    retains its own input, under its own identity (the map index)."""
+    if isinstance(task, _LLMOperator):
+        return task
+    cls = getattr(task, "operator_class", None)
+    if not (isinstance(cls, type) and issubclass(cls, _LLMOperator)):
+        return None
+    kwargs = {k: v for k, v in task.partial_kwargs.items() if k not in ("inlets", "outlets")}
+    for key, value in task.expand_input.value.items():
+        upstream = [ref for ref, _ in getattr(value, "iter_references", lambda: ())()]
+        target = next((_planned(ref).target for ref in upstream if _planned(ref) is not None), None)
+        if target is None and isinstance(value, (list, tuple)) and value:
+            target = value[0]
+        kwargs[key] = target if target is not None else f"<{task.task_id}: each mapped {key}>"
+    try:
+        return cls(task_id=task.task_id, dag=None, inlets=[], outlets=[], **kwargs)
+    except TypeError:  # an expanded argument that is not a text (a list of predicates): planned alone
+        return None
+
+
 def plan_quail_dag(dag) -> Plan | None:
     """Plans the DAG and stores each operator's entry, with the plan hash, in its `quail_plan`
     template field, which the UI's Rendered Templates view shows."""
     result = dag_plan(dag)
     if result is not None:
+        planned = {s.name for s in result.specs}
         for t in dag.tasks:
             if isinstance(t, _LLMOperator):
                 t.quail_plan = plan_document(result.hash, result[t.task_id])
+            elif t.task_id in planned:  # mapped: every index gets it from the partial arguments
+                t.partial_kwargs["quail_plan"] = plan_document(result.hash, result[t.task_id])
     return result
 
 
 def plan_document(plan_hash: str, entry: OperatorPlan) -> str:
-    return json.dumps({"plan_hash": plan_hash, "operator": asdict(entry)}, sort_keys=True)
+    """Indented, as the Rendered Templates view shows it."""
+    return json.dumps({"plan_hash": plan_hash, "operator": asdict(entry)}, sort_keys=True, indent=2)

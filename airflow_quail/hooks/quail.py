@@ -59,7 +59,8 @@ class QuailHook(BaseHook):
         if workers:
             return _client(workers[0], token)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
-                                              extra.get("arena_pages"), extra.get("device") or "auto")
+                                              extra.get("arena_pages"), extra.get("device") or "auto",
+                                              say=self.log.info)
         return WorkerClient(location, token)
 
     def client_at(self, location: str) -> WorkerClient:

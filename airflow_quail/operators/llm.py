@@ -22,6 +22,7 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.ops.prompts import DEFAULT_QUESTION
+from quail.pipeline.explain import describe_run
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.tables import text_column
 from quail.planner.plan import OperatorPlan, Plan, plan
@@ -60,6 +61,9 @@ class _LLMOperator(BaseOperator):
     :param window_rows: rows of the first input read, computed and staged at a time
     :param calibration: "contextual" divides out each question's answer on content-free documents
         (Zhao et al., 2021); "none" keeps the model's raw probabilities
+
+    The target is an outlet Asset and the inputs inlets (airflow_quail.lineage.asset_uri) unless
+    `outlets`/`inlets` are given.
     """
 
     ui_color = "#f2e6c9"
@@ -80,18 +84,32 @@ class _LLMOperator(BaseOperator):
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError
 
+    def _declare_assets(self, given: dict) -> None:
+        """The target as an outlet Asset and the inputs as inlets, named as OpenLineage names them,
+        unless the DAG passes its own `outlets`/`inlets`; a templated path (known only at run time)
+        or a SQL query has none."""
+        from airflow.sdk import Asset
+
+        from airflow_quail.lineage import asset_uri
+
+        if "outlets" not in given and (uri := asset_uri(self.target)):
+            self.outlets = [Asset(uri)]
+        if "inlets" not in given:
+            self.inlets = [Asset(uri) for uri in map(asset_uri, (s for s, _ in self.inputs())) if uri]
+
     def spec(self) -> OperatorSpec:
         raise NotImplementedError
 
     def plan_entry(self) -> tuple[Plan, OperatorPlan]:
         """The DAG's plan (or the operator's alone, outside a DAG) and the operator's entry: the one
         the policy (or plan_quail_dag) stored, else the plan's."""
+        whole = None
         if self.has_dag():
             from airflow_quail.planning import dag_plan
 
             whole = dag_plan(self.dag)
-        else:
-            whole = plan([self.spec()])
+        if whole is None or self.task_id not in {s.name for s in whole.specs}:
+            whole = plan([self.spec()])  # outside a DAG, or mapped over something it cannot plan with
         if self.quail_plan:
             return whole, OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
         return whole, whole[self.task_id]
@@ -163,8 +181,10 @@ class _LLMOperator(BaseOperator):
             stats.merge(Stats.from_dict(r["stats"]))
         for r in records:
             predicted.add(Prediction.from_dict(r["predicted"]))
-        self.rows_out = sum(r["rows"] for r in records)
-        return {"target": self.target, "rows_in": sum(r["rows_in"] for r in records), "rows_out": self.rows_out,
+        self.rows_out, rows_in = sum(r["rows"] for r in records), sum(r["rows_in"] for r in records)
+        # the CLI's closing summary, in the task log where Airflow users look
+        self.log.info("%s", describe_run(self.task_id, stats, predicted, self.rows_out, rows_in, self.target))
+        return {"target": self.target, "rows_in": rows_in, "rows_out": self.rows_out,
                 "windows": len(records), "worker": run.client.location, "stats": stats.to_dict(), "predicted": predicted.rounded(),
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
@@ -247,12 +267,14 @@ class LLMFilterOperator(_LLMOperator):
     """
 
     template_fields: Sequence[str] = ("source", "target", "predicates", "quail_plan")
+    template_fields_renderers = {"quail_plan": "json", "predicates": "json"}
 
     def __init__(self, *, source: str, text_column: str, predicates: list[str], limit: int | None = None,
                  threshold: float = 0.5, **kwargs):
         super().__init__(**kwargs)
         self.source, self.text_column, self.predicates = source, text_column, predicates
         self.limit, self.threshold = limit, threshold
+        self._declare_assets(kwargs)
 
     def inputs(self):
         return [(self.source, self.text_column)]
@@ -273,10 +295,12 @@ class LLMClassifyOperator(_LLMOperator):
     """
 
     template_fields: Sequence[str] = ("source", "target", "labels", "question", "quail_plan")
+    template_fields_renderers = {"quail_plan": "json", "labels": "json"}
 
     def __init__(self, *, source: str, text_column: str, labels: list[str], question: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.source, self.text_column, self.labels, self.question = source, text_column, labels, question
+        self._declare_assets(kwargs)
 
     def inputs(self):
         return [(self.source, self.text_column)]
@@ -302,12 +326,14 @@ class LLMJoinOperator(_LLMOperator):
     """
 
     template_fields: Sequence[str] = ("left", "right", "target", "condition", "quail_plan")
+    template_fields_renderers = {"quail_plan": "json"}
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
                  threshold: float = 0.5, top_k: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.left, self.right, self.left_column, self.right_column = left, right, left_column, right_column
         self.condition, self.threshold, self.top_k = condition, threshold, top_k
+        self._declare_assets(kwargs)
 
     def inputs(self):
         return [(self.left, self.left_column), (self.right, self.right_column)]

@@ -4,6 +4,8 @@
     result, stats = s.filter(texts, ["Is this about sport?"])
 """
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from quail.errors import QuailError
@@ -57,18 +59,30 @@ class Session:
     @classmethod
     def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
              max_batch_tokens: int | None = None, device: str = "auto",
-             gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> "Session":
+             gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+             say: Callable[[str], None] | None = None) -> "Session":
         """device: auto (CUDA when there is one), cpu, cuda or cuda:N. max_batch_tokens: by default
-        per device. The arena is sized from the device's memory unless arena_pages is given."""
+        per device. The arena is sized from the device's memory unless arena_pages is given. `say`
+        hears each start-up phase with its duration: the model loading, the arena sizing and the
+        cost-model calibration (measured once per model and batch size, then read from disk)."""
         if arena_pages is not None and arena_pages < 1:
             raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")
         if max_batch_tokens is not None and max_batch_tokens < 16:
             raise QuailError(f"--max-batch-tokens must be at least 16, got {max_batch_tokens}")
         if not 0 < gpu_memory_utilization <= 1:
             raise QuailError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
+        say = say or (lambda _: None)
+        say(f"loading {model} ({dtype}, device {device})")
+        started = time.perf_counter()
         loaded = load_model(model, dtype, device)
+        say(f"loaded {loaded.name} in {time.perf_counter() - started:.1f} s")
+        started = time.perf_counter()
         plan = PhysicalPlan.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
-        return cls(loaded, plan)
+        say(f"arena sized in {time.perf_counter() - started:.1f} s: {plan.arena_pages:,} pages")
+        started = time.perf_counter()
+        session = cls(loaded, plan)
+        say(f"cost model calibrated in {time.perf_counter() - started:.1f} s")
+        return session
 
     @property
     def context(self) -> int:

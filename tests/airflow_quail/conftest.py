@@ -48,6 +48,15 @@ def dags_test(env: dict, airflow: str, dag_id: str, conf: dict | None = None, **
     return log
 
 
+def same_rows(a: list[dict], b: list[dict]) -> None:
+    """Equal rows, floats within 1e-4 (fp32)."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert abs(x[k] - y[k]) < 1e-4 if isinstance(x[k], float) else x[k] == y[k]
+
+
 def worker_jobs(tmp_path: Path) -> list[dict]:
     """Jobs on the local worker, first run first."""
     from quail.worker.client import WorkerClient

@@ -41,3 +41,27 @@ def test_a_dag_without_a_planning_call_is_planned_by_the_policy(tmp_path):
     assert "plan_quail_dag" not in (DAGS / "quail_traces.py").read_text().split("# No plan_quail_dag")[0]
     assert {p["plan_hash"] for p in doc["parsed"].values()} == {doc["explicit"]}
     assert doc["parsed"]["failing_runs"]["operator"]["retain"]["consumers"] == ["next_step"]
+
+
+def test_mapped_operators_are_planned_and_retention_reaches_each_index():
+    """A filter mapped over partitions and a classify mapped over its manifests' targets plan as
+    two operators: the filter retains its documents for the classify. The plan is stored, indented,
+    in the mapped operators' partial arguments, which every index gets."""
+    from airflow.sdk import DAG
+
+    from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
+    from airflow_quail.planning import dag_plan, plan_quail_dag
+
+    with DAG("mapped") as dag:
+        kept = LLMFilterOperator.partial(task_id="kept", text_column="text", predicates=["Sport?"],
+                                         target="/out/kept-{{ ti.map_index }}.parquet").expand(
+            source=["/in/part-0.parquet", "/in/part-1.parquet"])
+        LLMClassifyOperator.partial(task_id="topic", text_column="text", labels=["a", "b"],
+                                    target="/out/topic-{{ ti.map_index }}.parquet").expand(
+            source=kept.output.map(lambda m: m["target"]))
+    planned = dag_plan(dag)
+    assert [s.name for s in planned.specs] == ["kept", "topic"]
+    assert planned["kept"].retain.consumers == ("topic",)
+    plan_quail_dag(dag)
+    document = dag.get_task("kept").partial_kwargs["quail_plan"]
+    assert document.startswith("{\n  ") and json.loads(document)["plan_hash"] == planned.hash

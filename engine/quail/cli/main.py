@@ -56,11 +56,11 @@ def _device_options(p: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_CUDA_MAX_BATCH_TOKENS:,} on CUDA)")
 
 
-def _open_session(model: str, args):
+def _open_session(model: str, args, say=None):
     from quail.session import Session
 
     return Session.open(model, args.dtype, args.arena_pages, args.max_batch_tokens, args.device,
-                        args.gpu_memory_utilization)
+                        args.gpu_memory_utilization, say)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -207,12 +207,13 @@ def _worker(args) -> None:
 
     from quail.worker.server import Worker, claim_socket
 
+    if args.max_jobs < 1:
+        raise QuailError(f"--max-jobs must be at least 1, got {args.max_jobs}")
     claim_socket(location)  # before the model loads: a live worker's socket is refused at once
     token = _worker_token(args) or new_token(location)
     torch.set_num_threads(_threads(args))
-    session = _open_session(args.model, args)
-    if args.max_jobs < 1:
-        raise QuailError(f"--max-jobs must be at least 1, got {args.max_jobs}")
+    # each start-up phase on its own line: the hook that started this worker logs them in the task's log
+    session = _open_session(args.model, args, lambda m: print(f"quail worker: {m}", file=sys.stderr, flush=True))
     server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",
@@ -273,7 +274,7 @@ def run(argv=None) -> int:
         for b in bars:
             b.close()
     for r in runs:
-        print(describe_run(r.spec.name, r.stats, r.predicted, r.rows_out), file=sys.stderr)
+        print(describe_run(r.spec.name, r.stats, r.predicted, r.rows_out, target=r.spec.output), file=sys.stderr)
     return 0
 
 

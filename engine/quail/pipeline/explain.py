@@ -46,9 +46,11 @@ def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel,
     return "\n".join(lines)
 
 
-def describe_run(name: str, stats: Stats, predicted: Prediction, rows_out: int) -> str:
+def describe_run(name: str, stats: Stats, predicted: Prediction, rows_out: int, rows_in: int | None = None,
+                 target: str | None = None) -> str:
+    rows = f"rows out {rows_out:,}" + (f" of {rows_in:,} in" if rows_in is not None else "")
     return (
-        f"{name}: rows out {rows_out}\n"
+        f"{name}: {rows}" + (f", written to {target}" if target else "") + "\n"
         f"  actual:    {_accounting(stats)}\n"
         f"  predicted: {_accounting(predicted)}\n"
         f"  forward passes {stats.forward_passes}, peak pages {stats.pages_peak} of {stats.pages_total}, "

@@ -37,8 +37,11 @@ class Identity:
 
     @property
     def scope(self) -> str:
-        """Namespaces retained KV's consumers by DAG run: runs never release each other's KV."""
-        return f"{self.dag_id}\x1f{self.run_id}\x1f"
+        """Namespaces retained KV's consumers by DAG run, and by map index for mapped tasks: runs
+        never release each other's KV, and index i of a mapped consumer releases only what index i
+        of its mapped producer kept for it."""
+        index = f"{self.map_index}\x1f" if self.map_index >= 0 else ""
+        return f"{self.dag_id}\x1f{self.run_id}\x1f{index}"
 
 
 @dataclass(frozen=True)

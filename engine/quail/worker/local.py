@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from quail.errors import QuailError
@@ -25,10 +26,12 @@ def _answers(location: str, token: str | None) -> bool:
 
 
 def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None = None, device: str = "auto",
-                        idle_timeout: float = 600.0, start_timeout: float = 600.0) -> tuple[str, str]:
+                        idle_timeout: float = 600.0, start_timeout: float = 600.0,
+                        say: Callable[[str], None] = lambda _: None) -> tuple[str, str]:
     """The location and token of a running local worker for this model, started if none answers.
     Its folder is private (0700) and it admits only the holder of its token, a random one in a 0600
-    file beside its socket: other local users can neither reach it nor read its results."""
+    file beside its socket: other local users can neither reach it nor read its results. `say`
+    hears whether it was found running or started, and a started worker's start-up phases."""
     ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}|{device}".encode()).hexdigest()[:12]
     folder = home() / "worker"
     folder.mkdir(parents=True, exist_ok=True)
@@ -39,13 +42,18 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
         fcntl.flock(lock, fcntl.LOCK_EX)
         token = read_token(location)
         if sock.exists() and token and _answers(location, token):
+            say(f"the local Quail worker for {model} is already running ({location})")
             return location, token
         token = new_token(location)  # a stale socket goes when the worker claims it; a live one is refused
         argv = [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", model, "--dtype", dtype,
                 "--device", device, "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
         if arena_pages:
             argv += ["--arena-pages", str(arena_pages)]
-        log = open(folder / f"{ident}.log", "ab")
+        log_path = folder / f"{ident}.log"
+        log = open(log_path, "ab")
+        phases = _PhaseReader(log_path, say)
+        say(f"starting a local Quail worker for {model} (log: {log_path})")
+        started = time.time()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 env=dict(os.environ, QUAIL_WORKER_TOKEN=token))
         (folder / f"{ident}.pid").write_text(str(proc.pid))
@@ -57,8 +65,28 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
             if time.time() > deadline:
                 raise QuailError(f"the local Quail worker did not start in {start_timeout:.0f} s; "
                                  f"see {folder / f'{ident}.log'}")
+            phases.read()
             time.sleep(0.5)
+        phases.read()
+        say(f"the local Quail worker (pid {proc.pid}) answers after {time.time() - started:.1f} s")
     return location, token
+
+
+class _PhaseReader:
+    """Passes on the start-up phases (`quail worker: ...` lines) a starting worker writes to its log."""
+
+    def __init__(self, path: Path, say: Callable[[str], None]):
+        self.path, self.say, self.offset = path, say, path.stat().st_size if path.exists() else 0
+
+    def read(self) -> None:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            if line.startswith("quail worker: "):
+                self.say(line.removeprefix("quail worker: "))
 
 
 def local_workers() -> list[tuple[str, str]]:

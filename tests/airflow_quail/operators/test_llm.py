@@ -169,6 +169,9 @@ def test_operators_template_their_questions_and_paths():
     assert {"source", "target", "predicates", "quail_plan"} <= set(LLMFilterOperator.template_fields)
     assert {"labels", "question"} <= set(LLMClassifyOperator.template_fields)
     assert {"left", "right", "condition"} <= set(LLMJoinOperator.template_fields)
+    for op in (LLMFilterOperator, LLMClassifyOperator, LLMJoinOperator):  # shown as JSON in Rendered Templates
+        assert op.template_fields_renderers["quail_plan"] == "json"
+        assert set(op.template_fields_renderers) <= set(op.template_fields)
 
 
 def test_a_bad_target_is_refused_before_any_work_is_sent(local_default, tmp_path):

@@ -6,18 +6,10 @@ import json
 
 import pyarrow.parquet as pq
 
-from tests.airflow_quail.conftest import JOKES, dags_test, worker_jobs
+from tests.airflow_quail.conftest import JOKES, dags_test, same_rows, worker_jobs
 
 JOKES_TASKS = ["tech", "theme", "by_technology", "audience"]
 IN_SQLITE = {"tech": "tech_jokes", "theme": "joke_themes"}  # the rest are Parquet files
-
-
-def _same(a: list[dict], b: list[dict]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert abs(x[k] - y[k]) < 1e-4 if isinstance(x[k], float) else x[k] == y[k]
 
 
 def _first_run(jobs: list[dict]) -> dict:
@@ -36,14 +28,15 @@ def _jokes_outputs(out, db) -> dict:
 
 def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
     env, airflow = airflow_env
-    outputs = {}
+    outputs, logs = {}, {}
     for reuse in ("1", "0"):
         out = tmp_path / f"out{reuse}"
-        dags_test(env, airflow, "quail_jokes", {"rows": JOKES}, QUAIL_DAG_OUTPUT=str(out), QUAIL_DAG_REUSE=reuse)
+        logs[reuse] = dags_test(env, airflow, "quail_jokes", {"rows": JOKES}, QUAIL_DAG_OUTPUT=str(out),
+                                QUAIL_DAG_REUSE=reuse)
         outputs[reuse] = _jokes_outputs(out, tmp_path / "demo.db")
     assert 0 < len(outputs["1"]["tech"]) < JOKES
     for task in JOKES_TASKS:
-        _same(outputs["1"][task], outputs["0"][task])
+        same_rows(outputs["1"][task], outputs["0"][task])
     stats = _first_run(worker_jobs(tmp_path))
     assert set(stats) == set(JOKES_TASKS)
     for task in JOKES_TASKS[1:]:
@@ -60,6 +53,23 @@ def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
         assert page["tasks"][task]["predicted"]["tokens_naive"] > 0  # the plan's figures beside the actual
     assert all(page["tasks"][t]["predicted"]["tokens_reused"]["retention"] > 0 for t in JOKES_TASKS[1:])
     assert page["tasks"]["tech"]["plan"]["operator"]["retain"]["consumers"] == JOKES_TASKS[1:]
+    _the_task_log_tells(logs["1"], page["tasks"])
+
+
+def _the_task_log_tells(log: str, manifests: dict) -> None:
+    """Each task's log closes with the CLI's summary, in the manifest's figures; the first task's
+    log shows the local worker's start-up phases, the later ones that it was already running."""
+    for task, m in manifests.items():
+        s, r = m["stats"], m["stats"]["tokens_reused"]
+        saved = 1 - s["tokens_computed"] / s["tokens_naive"]
+        assert f"{task}: rows out {m['rows_out']:,} of {m['rows_in']:,} in, written to {m['target']}" in log
+        assert (f"actual:    {s['tokens_computed']:,} computed of {s['tokens_naive']:,} without reuse ({saved:.0%} "
+                f"saved); reused: rewind {r['rewind']:,}, prefix {r['prefix']:,}, retention {r['retention']:,}") in log
+        assert f"forward passes {s['forward_passes']}, peak pages {s['pages_peak']} of {s['pages_total']}" in log
+    for phase in ("starting a local Quail worker for smollm2-135m", "loading smollm2-135m (float32, device auto)",
+                  "loaded smollm2-135m in", "cost model calibrated in", "answers after"):
+        assert phase in log, phase
+    assert log.count("the local Quail worker for smollm2-135m is already running") >= len(manifests) - 1
 
 
 def _quail_page(env: dict, route: str) -> dict:
@@ -94,7 +104,7 @@ def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
                              for t in ("failing_runs", "next_step")}
     assert len(tables["1"]["failing_runs"]) > 0
     for t in ("failing_runs", "next_step"):
-        _same(tables["1"][t], tables["0"][t])
+        same_rows(tables["1"][t], tables["0"][t])
     stats = _first_run(worker_jobs(tmp_path))
     assert stats["failing_runs"]["tokens_reused"]["prefix"] > 0  # each trace extends the previous row
     assert stats["next_step"]["tokens_reused"]["retention"] > 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from tests.airflow_quail.conftest import JOKES, worker_jobs
-from tests.airflow_quail.system.deployment import ended, login, served, services, start, stop, trigger
+from tests.airflow_quail.system.deployment import ended, login, served, services, start, stop, trigger, until
 
 
 def _the_quail_page(base: str, token: str, run: str, tmp_path: Path) -> None:
@@ -31,6 +31,18 @@ def _the_quail_page(base: str, token: str, run: str, tmp_path: Path) -> None:
     assert (tmp_path / "quail-page.png").stat().st_size > 10_000
 
 
+def _the_digest_ran_on_the_filters_asset(api, run: str, tmp_path: Path) -> None:
+    """tech's target is an outlet Asset: its success recorded an Asset event, which triggered a run
+    of quail_jokes_digest (scheduled on that Asset), and the digest read the filter's table."""
+    events = api.get("/assets/events", params={"source_dag_id": "quail_jokes", "source_run_id": run}).json()
+    [tech] = [e for e in events["asset_events"] if e["source_task_id"] == "tech"]
+    assert tech["uri"] == f"sqlite:{tmp_path / 'demo.db'}/tech_jokes"  # Airflow drops the empty netloc
+    [digest] = tech["created_dagruns"]
+    assert digest["dag_id"] == "quail_jokes_digest"
+    assert ended(api, "quail_jokes_digest", digest["run_id"]) == "success"
+    assert (tmp_path / "out" / "digest.txt").read_text().split()[4] == "quail_jokes.tech"
+
+
 def test_jokes_dag_under_a_real_airflow(airflow_env, tmp_path):
     env, airflow = airflow_env
     env, base = served(env, tmp_path)
@@ -40,12 +52,15 @@ def test_jokes_dag_under_a_real_airflow(airflow_env, tmp_path):
     procs = start(airflow, services(env), env, tmp_path)
     try:
         token, api = login(base)
+        until("the digest DAG to be parsed", lambda: api.get("/dags/quail_jokes_digest").status_code == 200, 180)
+        api.patch("/dags/quail_jokes_digest", json={"is_paused": False}).raise_for_status()
         run = trigger(api, "quail_jokes", {"rows": JOKES})
         state = ended(api, "quail_jokes", run)
         tasks = {t["task_id"]: t["state"] for t in api.get(f"/dags/quail_jokes/dagRuns/{run}/taskInstances")
                  .json()["task_instances"]}
         assert state == "success", (tasks, (tmp_path / "scheduler.log").read_text()[-3000:])
         _the_quail_page(base, token, run, tmp_path)
+        _the_digest_ran_on_the_filters_asset(api, run, tmp_path)
     finally:
         stop(procs)
     stats = {j["operator"]: j["stats"] for j in worker_jobs(tmp_path)}

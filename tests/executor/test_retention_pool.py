@@ -75,3 +75,27 @@ def test_entries_are_released_after_their_last_consumer():
     assert "a" in pool and "b" not in pool
     pool.consumed("join")
     assert len(pool) == 0 and cache.pages.num_used == 0
+
+
+def test_kv_taken_by_another_run_comes_back_for_the_consumers_still_waiting():
+    """Two DAG runs over the same document on one worker: run 2's filter takes the KV run 1's filter
+    kept for its classify, and keeps it for both classifies; each classify then finds it, and it
+    is freed once both have run."""
+    from quail.executor.retention_pool import document_key
+    from quail.reuse import Retain
+
+    cache, pool = _pool()
+    doc = list(range(32))
+    key = document_key(doc)
+    for_run = lambda run: Retain(frozenset({f"{run}:topic"}), 1.0, 0.0)
+    first = Seq()
+    cache.grow(first, doc)
+    pool.keep_or_release(doc, first, for_run("r1"))  # run 1's filter
+    second = pool.take(key)  # run 2's filter reuses it...
+    pool.keep_or_release(doc, second, for_run("r2"))  # ...and keeps it for run 2's classify
+    for run in ("r1", "r2"):  # each classify finds it, and plans nothing after itself
+        seq = pool.take(key)
+        assert seq is not None and seq.credits == {"retention": 32}, run
+        pool.keep_or_release(doc, seq, None)
+        pool.consumed(f"{run}:topic")
+    assert len(pool) == 0 and cache.pages.num_used == 0

@@ -39,6 +39,7 @@ class RetentionPool:
         self.capacity = capacity
         self.cost = cost
         self._entries: dict[str, _Entry] = {}
+        self._claims: dict[str, tuple[float, frozenset[str]]] = {}  # taken entries' waiting consumers
         self._pages = 0  # kept as a count: admission asks for it for every waiting program
         self.evictions = 0
 
@@ -62,13 +63,20 @@ class RetentionPool:
         return len(e.seq.pages) if e else 0
 
     def keep_or_release(self, doc: list[int], seq: Seq, retain: Retain | None, passed: bool = True) -> None:
-        """Ends an operator's use of a document's KV: kept for later operators, or freed.
+        """Ends an operator's use of a document's KV: kept for later operators (its own plan's, and
+        those still waiting for the KV it took: another run's, over the same document), or freed.
         A sequence that holds less than the whole document is never kept."""
         probability = 0.0 if retain is None else retain.passed if passed else retain.failed
+        consumers = retain.consumers if probability > 0 else frozenset()
+        key = document_key(doc)
+        if key in self._claims and seq.tokens == doc:
+            claimed_probability, claimed = self._claims.pop(key)
+            if consumers is not None and not claimed <= consumers:
+                probability, consumers = max(probability, claimed_probability), consumers | claimed
         if probability <= 0 or seq.tokens != doc:
             self.cache.release(seq)
             return
-        self.put(document_key(doc), seq, probability, retain.consumers)
+        self.put(key, seq, probability, consumers)
 
     def put(self, key: str, seq: Seq, probability: float = 1.0, consumers: frozenset[str] | None = None) -> bool:
         if key in self._entries:
@@ -89,6 +97,8 @@ class RetentionPool:
     def take(self, key: str) -> Seq | None:
         if key not in self._entries:
             return None
+        if consumers := self._entries[key].consumers:  # they still wait: it comes back for them
+            self._claims[key] = (self._entries[key].probability, consumers)
         seq = self._pop(key)
         seq.credits = {"retention": len(seq)}
         return seq
@@ -126,6 +136,11 @@ class RetentionPool:
             e.consumers = e.consumers - {operator}
             if not e.consumers:
                 self.cache.release(self._pop(key))
+        for key, (probability, consumers) in list(self._claims.items()):
+            if consumers - {operator}:
+                self._claims[key] = (probability, consumers - {operator})
+            else:
+                del self._claims[key]
 
     def keys(self) -> list[str]:
         return list(self._entries)
@@ -136,3 +151,4 @@ class RetentionPool:
     def clear(self) -> None:
         for key in list(self._entries):
             self.cache.release(self._pop(key))
+        self._claims.clear()

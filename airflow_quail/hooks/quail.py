@@ -7,7 +7,7 @@ from airflow.sdk import BaseHook
 from quail.constants import DEFAULT_PORT
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
-from quail.worker.client import WorkerClient
+from quail.worker.client import WorkerClient, describe_load
 from quail.worker.local import ensure_local_worker
 from quail.worker.routing import route
 from quail.worker.tokens import read_token
@@ -80,9 +80,7 @@ class QuailHook(BaseHook):
         loads = self.loads()
         if not loads:
             return True, "no host: a local worker is started on demand for the extras' model"
-        lines = [f"{loc}: {info}" if isinstance(info, str) else
-                 f"{loc}: {info['model']} on {info['device']}, {info['active_jobs']} job(s), "
-                 f"{info['queued_tokens']:,} queued tokens" for loc, info in loads.items()]
+        lines = [f"{loc}: {info if isinstance(info, str) else describe_load(info)}" for loc, info in loads.items()]
         return all(not isinstance(info, str) for info in loads.values()), "; ".join(lines)
 
     def _routed(self, workers: list[str], run: str, token: str | None) -> WorkerClient:

@@ -147,16 +147,13 @@ def _describe_worker(info: dict) -> str:
 
 
 def _describe_load(location: str, token: str | None) -> str:
-    """One worker's line in `status --all`: what it runs and how loaded it is."""
-    from quail.worker.client import WorkerClient
+    """One worker's line in `status --all`."""
+    from quail.worker.client import WorkerClient, describe_load
 
     try:
-        info = WorkerClient(location, token, timeout=5).info()
+        return f"{location}  {describe_load(WorkerClient(location, token, timeout=5).info())}"
     except QuailError as e:
         return f"{location}  does not answer: {e}"
-    return (f"{location}  {info['model']} on {info['device']}  {info['active_jobs']} job(s), "
-            f"{info['queued_tokens']:,} queued tokens  {info['free_pages']:,}/{info['arena_pages']:,} pages free, "
-            f"{info['retained_pages']:,} retained")
 
 
 def _threads(args) -> int:

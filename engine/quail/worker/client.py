@@ -78,3 +78,9 @@ class WorkerClient:
     def fetch(self, job_id: str) -> pa.Table:
         ticket = flight.Ticket(job_id.encode())
         return self._call(lambda options: self.client.do_get(ticket, options=options).read_all())
+
+
+def describe_load(info: dict) -> str:
+    """A worker's `info` in one line: what it runs and how loaded it is."""
+    return (f"{info['model']} on {info['device']}, {info['active_jobs']} job(s), {info['queued_tokens']:,} queued "
+            f"tokens, {info['free_pages']:,}/{info['arena_pages']:,} pages free, {info['retained_pages']:,} retained")

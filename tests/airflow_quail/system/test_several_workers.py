@@ -84,4 +84,4 @@ def test_each_run_stays_on_its_worker_and_a_dead_workers_run_moves(airflow_env, 
     assert len(listing) == 2
     assert any(line.startswith(f"{dead}  does not answer") for line in listing)
     [line] = [line for line in listing if line.startswith(alive)]
-    assert "smollm2-135m on cpu  0 job(s), 0 queued tokens" in line and "pages free" in line
+    assert "smollm2-135m on cpu, 0 job(s), 0 queued tokens" in line and "pages free" in line

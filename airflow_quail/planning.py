@@ -17,9 +17,13 @@ from quail.planner.plan import OperatorPlan, Plan, plan
 
 def dag_plan(dag) -> Plan | None:
     """The plan of the DAG's Quail operators, mapped ones included, or None if it has none."""
-    ops = [op for op in map(_planned, dag.topological_sort()) if op is not None]
-    if not ops:
+    planned: dict[str, _LLMOperator] = {}
+    for task in dag.topological_sort():  # upstream first: a mapped task reads its producers' plans
+        if (op := _planned(task, planned)) is not None:
+            planned[task.task_id] = op
+    if not planned:
         return None
+    ops = list(planned.values())
     producer = {op.target: op.task_id for op in ops}
     specs = []
     for op in ops:
@@ -29,12 +33,13 @@ def dag_plan(dag) -> Plan | None:
     return plan(specs)
 
 
-def _planned(task) -> _LLMOperator | None:
+def _planned(task, planned: dict[str, _LLMOperator]) -> _LLMOperator | None:
     """The Quail operator a task plans as. A mapped one (`.partial(...).expand(...)`) plans as one
     operator of its partial arguments: an input expanded over a Quail operator's output (its
-    manifests' targets) reads that operator's target, so retention is planned from it to each
-    mapped index; one expanded over a list plans with its first value. Each index computes and
-    retains its own input, under its own identity (the map index)."""
+    manifests' targets) reads that operator's target (from `planned`, the upstream tasks' plans),
+    so retention is planned from it to each mapped index; one expanded over a list plans with its
+    first value. Each index computes and retains its own input, under its own identity (the map
+    index)."""
     if isinstance(task, _LLMOperator):
         return task
     cls = getattr(task, "operator_class", None)
@@ -42,8 +47,8 @@ def _planned(task) -> _LLMOperator | None:
         return None
     kwargs = {k: v for k, v in task.partial_kwargs.items() if k not in ("inlets", "outlets")}
     for key, value in task.expand_input.value.items():
-        upstream = [ref for ref, _ in getattr(value, "iter_references", lambda: ())()]
-        target = next((_planned(ref).target for ref in upstream if _planned(ref) is not None), None)
+        upstream = [ref.task_id for ref, _ in getattr(value, "iter_references", lambda: ())()]
+        target = next((planned[t].target for t in upstream if t in planned), None)
         if target is None and isinstance(value, (list, tuple)) and value:
             target = value[0]
         kwargs[key] = target if target is not None else f"<{task.task_id}: each mapped {key}>"

@@ -84,6 +84,9 @@ class _LLMOperator(BaseOperator):
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError
 
+    def sources(self) -> list[str]:
+        return [source for source, _ in self.inputs()]
+
     def _declare_assets(self, given: dict) -> None:
         """The target as an outlet Asset and the inputs as inlets, named as OpenLineage names them,
         unless the DAG passes its own `outlets`/`inlets`; a templated path (known only at run time)
@@ -95,7 +98,7 @@ class _LLMOperator(BaseOperator):
         if "outlets" not in given and (uri := asset_uri(self.target)):
             self.outlets = [Asset(uri)]
         if "inlets" not in given:
-            self.inlets = [Asset(uri) for uri in map(asset_uri, (s for s, _ in self.inputs())) if uri]
+            self.inlets = [Asset(uri) for uri in map(asset_uri, self.sources()) if uri]
 
     def spec(self) -> OperatorSpec:
         raise NotImplementedError
@@ -140,7 +143,7 @@ class _LLMOperator(BaseOperator):
         """Computes the windows not staged yet, one job each, then writes the output from the staged
         windows. `ended`: a window whose job a trigger saw end, with its status."""
         try:
-            where = check_target(self.target, [source for source, _ in self.inputs()])  # before any work
+            where = check_target(self.target, self.sources())  # before any work
             ti = context["ti"]
             identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
             hook = QuailHook(self.quail_conn_id)
@@ -149,7 +152,7 @@ class _LLMOperator(BaseOperator):
                 hook.get_conn(run=f"{ti.dag_id}\x1f{ti.run_id}")
             run = _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
                            client, *self.plan_entry(),
-                           Reuse() if self.reuse else Reuse.none(), source_rows(self.inputs()[0][0]))
+                           Reuse() if self.reuse else Reuse.none(), source_rows(self.sources()[0]))
             spec, started, done, records = self.spec(), time.monotonic(), [], []
             for k, offset, tables, docs, last in self._windows():
                 counted = sum(r["counted"] for r in records)
@@ -210,7 +213,7 @@ class _LLMOperator(BaseOperator):
             raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
         kind = kind_of(part.kind)
         answers = run.client.fetch(status["job"])
-        table = kind.shape(part, kind.in_window(answers, offset), tables, self.inputs()[0][0])
+        table = kind.shape(part, kind.in_window(answers, offset), tables, self.sources()[0])
         record = {"rows": table.num_rows, "rows_in": tables[0].num_rows, "counted": kind.counted_rows(answers),
                   "stats": status["stats"], "predicted": status["predicted"]}
         run.stage.put(k, digest, table, record)
@@ -240,10 +243,10 @@ class _LLMOperator(BaseOperator):
         return log
 
     def get_openlineage_facets_on_start(self):
-        return operator_lineage([source for source, _ in self.inputs()], self.target)
+        return operator_lineage(self.sources(), self.target)
 
     def get_openlineage_facets_on_complete(self, task_instance):
-        return operator_lineage([source for source, _ in self.inputs()], self.target, getattr(self, "rows_out", None))
+        return operator_lineage(self.sources(), self.target, getattr(self, "rows_out", None))
 
     def on_kill(self) -> None:
         """Cancels the job (Airflow stopped the task: a timeout, or marked failed or success). A

@@ -61,10 +61,10 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
         while not (sock.exists() and _answers(location, token)):
             if proc.poll() is not None:
                 raise QuailError(f"the local Quail worker exited with code {proc.returncode}; "
-                                 f"see {folder / f'{ident}.log'}")
+                                 f"see {log_path}")
             if time.time() > deadline:
                 raise QuailError(f"the local Quail worker did not start in {start_timeout:.0f} s; "
-                                 f"see {folder / f'{ident}.log'}")
+                                 f"see {log_path}")
             phases.read()
             time.sleep(0.5)
         phases.read()

@@ -32,9 +32,9 @@ TASKS = ["filter", "classify", "join"]
 FILTER_QUESTION = "Is this article about a person?"  # the label: Wikipedia files it under People
 TOPICS = ["arts", "biology and health", "geography", "history", "technology"]
 CLASSIFY_QUESTION = "Which topic is this article about?"
-JOIN_CONDITIONS = {
-    "description": "The second document is the short description of the subject of the first document.",
-    "title": "The second document is the title of the first document.",
+JOIN_CONDITIONS = {  # the right column's name is the prompt's name for a right row, as in the CLI
+    "description": "The description is the short description of the subject of the document.",
+    "title": "The title is the title of the document.",
 }
 
 
@@ -97,8 +97,10 @@ def filter_metrics(p_yes, truth) -> dict:
 def classify_metrics(probabilities, truth) -> dict:
     probs, truth = np.asarray(probabilities, float), np.asarray(truth)
     predicted = np.argmax(probs, axis=1)
+    confusion = np.zeros((probs.shape[1],) * 2, int)
+    np.add.at(confusion, (truth, predicted), 1)
     return {"rows": len(probs), "accuracy": float(np.mean(predicted == truth)), "macro_f1": macro_f1(predicted, truth),
-            "ece": ece(probs.max(axis=1), predicted == truth)}
+            "ece": ece(probs.max(axis=1), predicted == truth), "confusion": confusion.tolist()}
 
 
 def join_metrics(p_yes) -> dict:
@@ -150,7 +152,7 @@ def measure(session, data: dict, calibration: str, join_on: str, tasks: list[str
         out["classify"] = classify_metrics(c.probabilities, [TOPICS.index(x["topic"]) for x in rows]) | cost
     if "join" in tasks:
         j, cost = timed(lambda: session.join(data["join_left"], data["join_right"], JOIN_CONDITIONS[join_on],
-                                             calibration=calibration))
+                                             calibration=calibration, partner=join_on))
         p = np.asarray(j.p_yes, float)[:, data["join_truth"]]  # columns in the articles' order: truth on the diagonal
         out["join"] = join_metrics(p) | {"on": join_on} | cost
     return out
@@ -190,7 +192,15 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {model} | {cal} | " + " | ".join(fmt(t[k]) for k in keys)
                          + f" | {t['tokens_computed']:,} | {t['seconds']:.1f} |")
         lines.append("")
-    return "\n".join(lines)
+    lines += ["Classify errors, true topic -> answered topic (count):", ""]
+    for model, cal, r in runs:
+        if "confusion" in r.get("classify", {}):
+            c = r["classify"]["confusion"]
+            errors = sorted(((c[t][p], t, p) for t in range(len(c)) for p in range(len(c)) if t != p and c[t][p]),
+                            key=lambda e: (-e[0], e[1], e[2]))
+            lines.append(f"- {model}, {cal}: " + (", ".join(f"{TOPICS[t]} -> {TOPICS[p]} {n}" for n, t, p in errors)
+                                                  or "none"))
+    return "\n".join(lines) + "\n"
 
 
 def clean(x):

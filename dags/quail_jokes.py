@@ -64,7 +64,8 @@ with DAG(
         right=str(EXAMPLES / "technologies.csv"),
         left_column="joke",
         right_column="description",
-        condition="The joke is about this technology.",
+        right_name="technology",
+        condition="The joke is about the technology.",
         target=str(OUT / "by_technology.parquet"),
     )
     audience = LLMJoinOperator(
@@ -73,7 +74,8 @@ with DAG(
         right=str(EXAMPLES / "roles.csv"),
         left_column="joke",
         right_column="description",
-        condition="This person would get the joke.",
+        right_name="role",
+        condition="Someone in the role would get the joke.",
         target=str(OUT / "audience.parquet"),
     )
 

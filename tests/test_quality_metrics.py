@@ -59,3 +59,4 @@ def test_filter_and_classify_metrics():
     assert c["accuracy"] == pytest.approx(2 / 3)
     # confidences 0.7 (right), 0.6 (wrong), 0.5 (right), one bin each: (0.3 + 0.6 + 0.5) / 3
     assert c["ece"] == pytest.approx(1.4 / 3)
+    assert c["confusion"] == [[2, 0, 0], [0, 0, 0], [0, 1, 0]]  # [true][answered]: the 2 was answered 1

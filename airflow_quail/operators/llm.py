@@ -322,7 +322,11 @@ class LLMJoinOperator(_LLMOperator):
     :param right: the partners, read whole (templated)
     :param left_column: the left rows' text column
     :param right_column: the right rows' text column
-    :param condition: what a matching pair satisfies (templated)
+    :param right_name: what the prompt calls a right row ("headline"); by default the right column's
+        name in words. The left row is always "the document", so that its KV is shared with the
+        filters and classifications of the same table.
+    :param condition: what a matching pair satisfies, in those terms: "The headline is the title of
+        the document." (templated)
     :param threshold: P(yes) at or above which a pair matches
     :param top_k: each left row's K right rows of highest P(yes) (at least the threshold); every
         pair gets its `rank` within its left row
@@ -332,10 +336,10 @@ class LLMJoinOperator(_LLMOperator):
     template_fields_renderers = {"quail_plan": "json"}
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
-                 threshold: float = 0.5, top_k: int | None = None, **kwargs):
+                 right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.left, self.right, self.left_column, self.right_column = left, right, left_column, right_column
-        self.condition, self.threshold, self.top_k = condition, threshold, top_k
+        self.condition, self.right_name, self.threshold, self.top_k = condition, right_name, threshold, top_k
         self._declare_assets(kwargs)
 
     def inputs(self):
@@ -344,5 +348,5 @@ class LLMJoinOperator(_LLMOperator):
     def spec(self):
         return OperatorSpec(self.task_id, "join", (self.left, self.right), (self.left_column, self.right_column),
                             (self.condition,), threshold=self.threshold, top_k=self.top_k,
-                            calibration=self.calibration, output=self.target)
+                            right_name=self.right_name, calibration=self.calibration, output=self.target)
 

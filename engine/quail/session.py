@@ -18,7 +18,7 @@ from quail.ops.calibration import CALIBRATIONS, CONTENT_FREE, column_means, labe
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
-from quail.ops.prompts import DEFAULT_QUESTION, PromptLayout
+from quail.ops.prompts import DEFAULT_QUESTION, SECOND, PromptLayout
 from quail.reuse import Retain, Reuse
 
 
@@ -141,11 +141,13 @@ class Session:
         return result, stats
 
     def join(self, left, right, condition, reuse=True, retain=None, truncate=False, progress=None, left_rows=None,
-             right_rows=None, calibration="none") -> tuple[JoinResult, Stats]:
-        """calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
-        cond = self.layout.pair_question(condition)
+             right_rows=None, calibration="none", partner=SECOND) -> tuple[JoinResult, Stats]:
+        """partner: what the prompt calls a right row ("headline"); the left row is the document.
+        calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
+        cond = self.layout.pair_question(condition, partner)
         half = (self.context - len(cond)) // 2  # the context is split evenly between the two documents
-        partners = self.documents(right, self.layout.partners, self.context - half, truncate, right_rows, "right row")
+        partners = self.documents(right, lambda texts: self.layout.partners(texts, partner), self.context - half,
+                                  truncate, right_rows, "right row")
         anchors = self.documents(left, self.layout.documents, half + len(cond), truncate, left_rows, "left row")
         result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers,
                                  _reuse(reuse), _retain(retain), progress)

@@ -5,7 +5,13 @@ pair is ranked within its left row: 1 is the highest P(yes), ties going to the e
 from quail.errors import QuailError
 from quail.kinds.base import (OperatorKind, calibration_setting, count_setting, name_setting, number_setting,
                               texts_setting)
+from quail.ops.prompts import ANCHOR, partner_name
 from quail.planner.specs import OperatorSpec
+
+
+def partner(spec: OperatorSpec) -> str:
+    """What the prompt calls a right row: the name given, or the right column's name."""
+    return spec.right_name.strip() if spec.right_name else partner_name(spec.columns[1])
 
 
 class Join(OperatorKind):
@@ -14,8 +20,8 @@ class Join(OperatorKind):
     arity = 2
     keeps_rows = False
     anchor = "left_row"
-    keys = frozenset({"left", "right", "left_column", "right_column", "condition", "threshold", "top_k",
-                      "calibration"})
+    keys = frozenset({"left", "right", "left_column", "right_column", "right_name", "condition", "threshold",
+                      "top_k", "calibration"})
     question_word = "condition"
 
     def from_settings(self, name, body, output):
@@ -28,13 +34,15 @@ class Join(OperatorKind):
                             texts_setting(body, "condition", where, self.name),
                             threshold=number_setting(body, "threshold", where, 0.5),
                             top_k=count_setting(body, "top_k", where), calibration=calibration_setting(body, where),
-                            output=output)
+                            right_name=body.get("right_name"), output=output)
 
     def add_arguments(self, p):
         p.add_argument("left")
         p.add_argument("right")
         p.add_argument("--left-column", required=True)
         p.add_argument("--right-column", required=True)
+        p.add_argument("--right-name", help="what the prompt calls a right row (\"headline\"); by default the "
+                                            "right column's name (the left row is \"the document\")")
         p.add_argument("--condition", required=True)
         p.add_argument("--threshold", type=float, default=0.5, help="the least P(yes) a pair needs")
         p.add_argument("--top-k", type=int, help="each left row's K right rows of highest P(yes) (at least "
@@ -45,20 +53,33 @@ class Join(OperatorKind):
             raise QuailError("--condition is empty")
         return {"left": args.left, "right": args.right}, OperatorSpec(
             "join", self.name, ("left", "right"), (args.left_column, args.right_column), (args.condition,),
-            threshold=args.threshold, top_k=args.top_k, calibration=args.calibration, output=args.output)
+            threshold=args.threshold, top_k=args.top_k, calibration=args.calibration, right_name=args.right_name,
+            output=args.output)
 
     def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
         import pyarrow as pa
 
         (ltexts, lrows), (rtexts, rrows) = inputs
         r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows,
-                                spec.calibration)
+                                spec.calibration, partner(spec))
         pairs = [(lrows[i], rrows[j], p, rank) for i, ps in enumerate(r.p_yes)
                  for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
         return pa.table({"left_row": pa.array([a for a, _, _, _ in pairs], pa.int64()),
                          "right_row": pa.array([b for _, b, _, _ in pairs], pa.int64()),
                          "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
                          "rank": pa.array([k for _, _, _, k in pairs], pa.int32())}), stats
+
+    def validate(self, spec, where):
+        super().validate(spec, where)
+        name = spec.right_name
+        if name is None:
+            return
+        if not isinstance(name, str) or not name.strip() or "\n" in name or ":" in name:
+            raise QuailError(f"{where}: right_name must be a short name on one line, such as \"headline\", "
+                             f"got {name!r}")
+        if name.strip().lower() == ANCHOR:
+            raise QuailError(f"{where}: right_name {name!r} is what the prompt calls the left row; name the right "
+                             f"rows otherwise (\"second document\")")
 
     def check_top_k(self, spec, where):
         if spec.top_k is not None and spec.top_k < 1:
@@ -79,8 +100,8 @@ class Join(OperatorKind):
         from quail.planner.predict import OperatorTokens
         from quail.planner.prefix_tree import stem
 
-        condition = layout.pair_question(spec.questions[0])
-        rendered = [p + condition for p in layout.partners(partners)]
+        condition = layout.pair_question(spec.questions[0], partner(spec))
+        rendered = [p + condition for p in layout.partners(partners, partner(spec))]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
                               stem=stem(rendered))
 

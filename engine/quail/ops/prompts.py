@@ -7,6 +7,7 @@ with "Answer:", "Answer Yes or No." scored 1.00 on the sport filter where "Answe
 """
 
 import functools
+import re
 from dataclasses import dataclass
 
 from quail.errors import QuailError
@@ -14,6 +15,17 @@ from quail.model.tokenizer import Tokenizer
 
 SYSTEM = "You answer questions about documents. Reply with one word."
 DEFAULT_QUESTION = "Which category does the document belong to?"  # classify without a question
+ANCHOR = "document"  # what a prompt calls its document, a join's left row included: its KV is shared
+SECOND = "second document"  # a join's right row, when nothing better names it
+
+
+def partner_name(column: str | None) -> str:
+    """What a join's prompt calls its right rows when the DAG names nothing: the right column's name
+    in words ("short_description" or "shortDescription": "short description"), or "second document"
+    where that would read as the left row's own label."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", column or "")
+    words = " ".join(re.findall(r"[A-Za-z0-9]+", words)).lower()
+    return words if words and words != ANCHOR else SECOND
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,8 @@ class PromptLayout:
         return self.documents([text])[0]
 
     def documents(self, texts: list[str]) -> list[list[int]]:
-        return [self.preamble + ids for ids in self.tok.encode_batch([f"Document:\n{t}\n\n" for t in texts])]
+        label = ANCHOR.capitalize()
+        return [self.preamble + ids for ids in self.tok.encode_batch([f"{label}:\n{t}\n\n" for t in texts])]
 
     def yes_no_question(self, question: str) -> list[int]:
         return self.tok.encode(f"Question: {question}\nAnswer Yes or No.") + self.cue
@@ -71,13 +84,14 @@ class PromptLayout:
     def label(self, label: str) -> list[int]:
         return self.tok.encode(" " + label)
 
-    def partner(self, text: str) -> list[int]:
+    def partner(self, text: str, name: str = SECOND) -> list[int]:
         """A join's left row is rendered as a plain document, so its KV is shared with filters and
-        classifications of the same table (KV retention); the right row follows as a second one."""
-        return self.partners([text])[0]
+        classifications of the same table (KV retention); the right row follows under its own name."""
+        return self.partners([text], name)[0]
 
-    def partners(self, texts: list[str]) -> list[list[int]]:
-        return self.tok.encode_batch([f"Second document:\n{t}\n\n" for t in texts])
+    def partners(self, texts: list[str], name: str = SECOND) -> list[list[int]]:
+        label = name[0].upper() + name[1:]
+        return self.tok.encode_batch([f"{label}:\n{t}\n\n" for t in texts])
 
-    def pair_question(self, condition: str) -> list[int]:
-        return self.yes_no_question(f"Do the document and the second document satisfy this condition? {condition}")
+    def pair_question(self, condition: str, name: str = SECOND) -> list[int]:
+        return self.yes_no_question(f"Do the {ANCHOR} and the {name} satisfy this condition? {condition}")

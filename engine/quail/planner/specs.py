@@ -15,6 +15,7 @@ class OperatorSpec:
     threshold: float = 0.5
     limit: int | None = None
     top_k: int | None = None  # a join: the best K right rows of each left row
+    right_name: str | None = None  # a join: what its prompt calls a right row; by default its column's name
     keep_all: bool = False
     calibration: str = "none"  # "contextual": each question's content-free answer divided out
     output: str | None = None

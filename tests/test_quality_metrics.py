@@ -60,3 +60,24 @@ def test_filter_and_classify_metrics():
     # confidences 0.7 (right), 0.6 (wrong), 0.5 (right), one bin each: (0.3 + 0.6 + 0.5) / 3
     assert c["ece"] == pytest.approx(1.4 / 3)
     assert c["confusion"] == [[2, 0, 0], [0, 0, 0], [0, 1, 0]]  # [true][answered]: the 2 was answered 1
+
+
+def _result(filter_acc, classify_acc, join_f1):
+    return {"filter": {"accuracy": filter_acc}, "classify": {"accuracy": classify_acc}, "join": {"top1_f1": join_f1}}
+
+
+def test_the_default_is_the_smallest_model_that_meets_every_bar_else_the_most():
+    small, mid, large = quality.MODELS
+    runs = {small: {"none": _result(0.99, 0.90, 0.85)}, mid: {"none": _result(0.96, 0.86, 0.81)},
+            large: {"contextual": _result(1.0, 1.0, 1.0)}}
+    assert quality.choose_default(runs) == (small, "none", ["filter", "classify", "join"])
+    runs[small]["none"]["join"]["top1_f1"] = 0.79  # below a bar: the next model that meets all three
+    assert quality.choose_default(runs) == (mid, "none", ["filter", "classify", "join"])
+    runs = {mid: {"none": _result(0.48, 0.62, 0.47), "contextual": _result(0.96, 0.60, 0.50)},
+            large: {"none": _result(0.89, 0.75, 0.88), "contextual": _result(0.95, 0.75, 0.94)}}
+    assert quality.choose_default(runs) == (large, "contextual", ["filter", "join"])  # none meets all: the most
+    runs[large]["contextual"]["filter"]["accuracy"] = 0.94  # one bar each: the smaller model, then no calibration
+    runs[mid]["none"]["filter"]["accuracy"] = 0.95
+    assert quality.choose_default(runs) == (mid, "none", ["filter"])
+    del runs[mid]["none"]["join"]  # a partial result does not count
+    assert quality.choose_default(runs) == (mid, "contextual", ["filter"])

@@ -106,7 +106,8 @@ class Session:
             out.tokens.append(tokens)
         return out
 
-    def _content_free(self) -> list[list[int]]:
+    def content_free(self) -> list[list[int]]:
+        """The documents contextual calibration asks every question of."""
         return [self.layout.document(text) for text in CONTENT_FREE]
 
     def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
@@ -116,7 +117,7 @@ class Session:
         docs = self.documents(texts, self.layout.documents, max(map(len, questions)), truncate, rows)
         bias, probe_stats = None, None
         if _calibrating(calibration):  # threshold 0: the content-free documents are asked every predicate
-            probe, probe_stats = run_filter(self.engine, self._content_free(), questions, self.layout.answers, 0.0,
+            probe, probe_stats = run_filter(self.engine, self.content_free(), questions, self.layout.answers, 0.0,
                                             reuse=_reuse(reuse))
             bias = column_means(probe.p_yes)
         result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
@@ -133,7 +134,7 @@ class Session:
                                      progress)
         stats.rows_truncated = docs.truncated
         if _calibrating(calibration):
-            probe, probe_stats = run_classify(self.engine, self._content_free(), q, label_tokens, _reuse(reuse))
+            probe, probe_stats = run_classify(self.engine, self.content_free(), q, label_tokens, _reuse(reuse))
             bias = column_means(probe.probabilities)
             result.probabilities = [labels_given(p, bias) for p in result.probabilities]
             result.labels = [max(range(len(p)), key=p.__getitem__) for p in result.probabilities]
@@ -153,7 +154,7 @@ class Session:
                                  _reuse(reuse), _retain(retain), progress)
         stats.rows_truncated = anchors.truncated + partners.truncated
         if _calibrating(calibration):
-            probe, probe_stats = run_join(self.engine, self._content_free(), partners.tokens, cond,
+            probe, probe_stats = run_join(self.engine, self.content_free(), partners.tokens, cond,
                                           self.layout.answers, _reuse(reuse))
             bias = column_means(probe.p_yes)
             result.p_yes = [[yes_given(p, b) for p, b in zip(row, bias)] for row in result.p_yes]

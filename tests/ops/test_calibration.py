@@ -2,6 +2,8 @@
 its cost counted like any other prompts, its raw values beside the calibrated ones, and a model
 whose tokenizer has no yes/no answer (a clear error for a filter; a classify still runs)."""
 
+import json
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -83,3 +85,25 @@ def test_the_cli_keeps_the_raw_values_beside_the_calibrated_ones(tmp_path, capsy
     with pytest.raises(SystemExit) as e:
         main(base + ["--calibration", "platt"])
     assert e.value.code == 2 and "invalid choice: 'platt'" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("smollm2_for_every_session")
+@pytest.mark.parametrize("argv", [
+    ["classify", "n.parquet", "--text-column", "text", "--label", "sport", "--label", "money"],
+    ["join", "n.parquet", "h.parquet", "--left-column", "text", "--right-column", "headline",
+     "--condition", "The headline is the title of the document."],
+])
+def test_the_content_free_prompts_are_predicted_exactly(tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"text": TEXTS}), "n.parquet")
+    pq.write_table(pa.table({"headline": HEADLINES}), "h.parquet")
+    seen = {}
+    for calibration in ("none", "contextual"):
+        with pytest.raises(SystemExit) as e:
+            main(argv + ["--calibration", calibration, "--output", "o.parquet", "--stats", f"{calibration}.json",
+                         "--window-rows", "2", "--model", "smollm2-135m", "--dtype", "float32"])
+        assert e.value.code == 0
+        seen[calibration] = s = json.loads((tmp_path / f"{calibration}.json").read_text())
+        assert s["predicted"] == {"tokens_naive": s["tokens_naive"], "tokens_computed": s["tokens_computed"],
+                                  "tokens_reused": s["tokens_reused"]}
+    assert seen["contextual"]["tokens_computed"] > seen["none"]["tokens_computed"]  # two windows, probed twice

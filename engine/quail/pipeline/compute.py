@@ -46,6 +46,6 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
         return t
 
     p = predict_operator(plan, spec.name, tokens(docs), page, reached)
-    if spec.calibration == "contextual":  # each call (window) asks the content-free documents again
+    if session.calibrating(spec.calibration):  # each call (window) asks the content-free documents again
         p.add(predict_calibration(plan[spec.name], spec.kind, tokens(session.content_free()), page))
     return p

@@ -13,7 +13,7 @@ from quail.executor.engine import Engine, PhysicalPlan
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.executor.stats import Stats
 from quail.model.loader import LoadedModel, load_model
-from quail.model.registry import DEFAULT_MODEL
+from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 from quail.ops.calibration import CALIBRATIONS, CONTENT_FREE, column_means, labels_given, yes_given
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
@@ -27,12 +27,6 @@ def _reuse(reuse: bool | Reuse) -> Reuse:
     if isinstance(reuse, Reuse):
         return reuse
     return Reuse() if reuse else Reuse.none()
-
-
-def _calibrating(calibration: str) -> bool:
-    if calibration not in CALIBRATIONS:
-        raise QuailError(f"--calibration {calibration!r}: choose one of {', '.join(CALIBRATIONS)}")
-    return calibration == "contextual"
 
 
 def _retain(retain: bool | Retain | None) -> Retain | None:
@@ -106,17 +100,30 @@ class Session:
             out.tokens.append(tokens)
         return out
 
-    def _content_free(self) -> list[list[int]]:
+    @property
+    def own_calibration(self) -> str:
+        """What calibration "auto" means for this model: the registry's choice for an embedded one
+        (measured on bench/data), none for any other."""
+        model = EMBEDDED.get(self.loaded.name)
+        return model.calibration if model else "none"
+
+    def calibrating(self, calibration: str) -> bool:
+        if calibration not in CALIBRATIONS:
+            raise QuailError(f"--calibration {calibration!r}: choose one of {', '.join(CALIBRATIONS)}")
+        return (self.own_calibration if calibration == "auto" else calibration) == "contextual"
+
+    def content_free(self) -> list[list[int]]:
+        """The documents contextual calibration asks every question of."""
         return [self.layout.document(text) for text in CONTENT_FREE]
 
     def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
-               progress=None, rows=None, calibration="none") -> tuple[FilterResult, Stats]:
+               progress=None, rows=None, calibration="auto") -> tuple[FilterResult, Stats]:
         """calibration: "contextual" divides each predicate's content-free P(yes) out (ops/calibration.py)."""
         questions = [self.layout.yes_no_question(p) for p in predicates]
         docs = self.documents(texts, self.layout.documents, max(map(len, questions)), truncate, rows)
         bias, probe_stats = None, None
-        if _calibrating(calibration):  # threshold 0: the content-free documents are asked every predicate
-            probe, probe_stats = run_filter(self.engine, self._content_free(), questions, self.layout.answers, 0.0,
+        if self.calibrating(calibration):  # threshold 0: the content-free documents are asked every predicate
+            probe, probe_stats = run_filter(self.engine, self.content_free(), questions, self.layout.answers, 0.0,
                                             reuse=_reuse(reuse))
             bias = column_means(probe.p_yes)
         result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
@@ -125,15 +132,15 @@ class Session:
         return result, stats.merge(probe_stats) if probe_stats else stats
 
     def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
-                 progress=None, rows=None, calibration="none") -> tuple[ClassifyResult, Stats]:
+                 progress=None, rows=None, calibration="auto") -> tuple[ClassifyResult, Stats]:
         q = self.layout.label_question(question or DEFAULT_QUESTION, labels)
         label_tokens = [self.layout.label(label) for label in labels]
         docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
         result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, _reuse(reuse), _retain(retain),
                                      progress)
         stats.rows_truncated = docs.truncated
-        if _calibrating(calibration):
-            probe, probe_stats = run_classify(self.engine, self._content_free(), q, label_tokens, _reuse(reuse))
+        if self.calibrating(calibration):
+            probe, probe_stats = run_classify(self.engine, self.content_free(), q, label_tokens, _reuse(reuse))
             bias = column_means(probe.probabilities)
             result.probabilities = [labels_given(p, bias) for p in result.probabilities]
             result.labels = [max(range(len(p)), key=p.__getitem__) for p in result.probabilities]
@@ -141,7 +148,7 @@ class Session:
         return result, stats
 
     def join(self, left, right, condition, reuse=True, retain=None, truncate=False, progress=None, left_rows=None,
-             right_rows=None, calibration="none", partner=SECOND) -> tuple[JoinResult, Stats]:
+             right_rows=None, calibration="auto", partner=SECOND) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
         cond = self.layout.pair_question(condition, partner)
@@ -152,8 +159,8 @@ class Session:
         result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers,
                                  _reuse(reuse), _retain(retain), progress)
         stats.rows_truncated = anchors.truncated + partners.truncated
-        if _calibrating(calibration):
-            probe, probe_stats = run_join(self.engine, self._content_free(), partners.tokens, cond,
+        if self.calibrating(calibration):
+            probe, probe_stats = run_join(self.engine, self.content_free(), partners.tokens, cond,
                                           self.layout.answers, _reuse(reuse))
             bias = column_means(probe.p_yes)
             result.p_yes = [[yes_given(p, b) for p, b in zip(row, bias)] for row in result.p_yes]

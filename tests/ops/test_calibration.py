@@ -2,6 +2,9 @@
 its cost counted like any other prompts, its raw values beside the calibrated ones, and a model
 whose tokenizer has no yes/no answer (a clear error for a filter; a classify still runs)."""
 
+import dataclasses
+import json
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -9,6 +12,7 @@ import pytest
 from quail.cli.main import main
 from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
+from quail.model.registry import EMBEDDED
 from quail.ops.calibration import labels_given, yes_given
 from quail.session import Session
 
@@ -83,3 +87,51 @@ def test_the_cli_keeps_the_raw_values_beside_the_calibrated_ones(tmp_path, capsy
     with pytest.raises(SystemExit) as e:
         main(base + ["--calibration", "platt"])
     assert e.value.code == 2 and "invalid choice: 'platt'" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("smollm2_for_every_session")
+@pytest.mark.parametrize("argv", [
+    ["classify", "n.parquet", "--text-column", "text", "--label", "sport", "--label", "money"],
+    ["join", "n.parquet", "h.parquet", "--left-column", "text", "--right-column", "headline",
+     "--condition", "The headline is the title of the document."],
+])
+def test_the_content_free_prompts_are_predicted_exactly(tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"text": TEXTS}), "n.parquet")
+    pq.write_table(pa.table({"headline": HEADLINES}), "h.parquet")
+    seen = {}
+    for calibration in ("none", "contextual"):
+        with pytest.raises(SystemExit) as e:
+            main(argv + ["--calibration", calibration, "--output", "o.parquet", "--stats", f"{calibration}.json",
+                         "--window-rows", "2", "--model", "smollm2-135m", "--dtype", "float32"])
+        assert e.value.code == 0
+        seen[calibration] = s = json.loads((tmp_path / f"{calibration}.json").read_text())
+        assert s["predicted"] == {"tokens_naive": s["tokens_naive"], "tokens_computed": s["tokens_computed"],
+                                  "tokens_reused": s["tokens_reused"]}
+    assert seen["contextual"]["tokens_computed"] > seen["none"]["tokens_computed"]  # two windows, probed twice
+
+
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_auto_is_the_calibration_the_registry_gives_the_model(tmp_path, monkeypatch):
+    pq.write_table(pa.table({"text": TEXTS}), tmp_path / "n.parquet")
+
+    def run(*calibration) -> pa.Table:
+        with pytest.raises(SystemExit) as e:
+            main(["filter", str(tmp_path / "n.parquet"), "--text-column", "text", "--predicate", "Sport?",
+                  "--keep-all", "--output", str(tmp_path / "o.parquet"), "--model", "smollm2-135m", "--dtype",
+                  "float32", *calibration])
+        assert e.value.code == 0
+        return pq.read_table(tmp_path / "o.parquet")
+
+    def same(a, b):
+        assert a.column_names == b.column_names
+        for name in a.column_names:
+            assert a.column(name).to_pylist() == pytest.approx(b.column(name).to_pylist(), abs=1e-6), name
+
+    assert EMBEDDED["smollm2-135m"].calibration == "none"  # never measured: it is at chance on yes/no
+    same(run(), run("--calibration", "none"))
+    monkeypatch.setitem(EMBEDDED, "smollm2-135m", dataclasses.replace(EMBEDDED["smollm2-135m"],
+                                                                       calibration="contextual"))
+    auto = run()
+    assert auto.column_names == ["text", "passed", "p_yes_1", "p_yes_raw_1"]
+    same(auto, run("--calibration", "contextual"))

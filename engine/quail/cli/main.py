@@ -24,8 +24,9 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
         p.add_argument("--stats", help="write the token accounting to this JSON file")
         p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
         p.add_argument("--explain", action="store_true", help="print the plan and predicted accounting; run nothing")
-        p.add_argument("--calibration", choices=CALIBRATIONS, default="none",
-                       help="contextual: divide out each question's answer on content-free documents")
+        p.add_argument("--calibration", choices=CALIBRATIONS, default="auto",
+                       help="contextual: divide out each question's answer on content-free documents; auto (the "
+                            "default): the one measured best for the model (contextual for qwen2.5-coder-1.5b)")
     else:
         p.add_argument("--model", help="overrides the pipeline's model")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,

@@ -147,7 +147,7 @@ def count_setting(body: dict, key: str, where: str) -> int | None:
 
 
 def calibration_setting(body: dict, where: str) -> str:
-    value = body.get("calibration", "none")
+    value = body.get("calibration", "auto")
     if value not in CALIBRATIONS:
         raise QuailError(f"{where}: 'calibration' must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
     return value

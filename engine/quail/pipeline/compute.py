@@ -8,7 +8,7 @@ import pyarrow as pa
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.planner.plan import OperatorPlan, Plan
-from quail.planner.predict import Prediction, predict_operator
+from quail.planner.predict import Prediction, predict_calibration, predict_operator
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Retain, Reuse
 from quail.session import Session
@@ -36,9 +36,16 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     """The plan's expected accounting of `spec` over these documents (`session.layout.documents`,
     and a join's partners); `reached`: they are the rows that reached it, not the rows of its
     source table; `truncate`: documents are cut to the context, as the run will cut them."""
-    kind = kind_of(spec.kind)
-    t = kind.tokens(session.layout, spec, docs, partners)
-    if truncate:
-        room = kind.document_room(t, session.context)
-        t = replace(t, docs=[d[:room] for d in t.docs], partners=[min(p, room) for p in t.partners])
-    return predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached)
+    kind, page = kind_of(spec.kind), session.engine.plan.page_size
+
+    def tokens(docs):
+        t = kind.tokens(session.layout, spec, docs, partners)
+        if truncate:
+            room = kind.document_room(t, session.context)
+            t = replace(t, docs=[d[:room] for d in t.docs], partners=[min(p, room) for p in t.partners])
+        return t
+
+    p = predict_operator(plan, spec.name, tokens(docs), page, reached)
+    if session.calibrating(spec.calibration):  # each call (window) asks the content-free documents again
+        p.add(predict_calibration(plan[spec.name], spec.kind, tokens(session.content_free()), page))
+    return p

@@ -10,7 +10,7 @@ read by the consumers that follow it.
 from dataclasses import dataclass, field
 
 from quail.kinds import kind_of
-from quail.planner.plan import Plan
+from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.prefix_tree import PrefixTree
 from quail.planner.retention import lineages
 
@@ -78,9 +78,21 @@ def predict_operator(plan: Plan, name: str, t: OperatorTokens, page_size: int = 
         lx = lines[x.name]
         kept = lx.filters if keep.failed > 0 or not kind_of(x.kind).narrows else lx.filters | {x.name}
         held = max(held, _product(sel[f] for f in kept | line.filters) / max(upstream, 1e-12))
+    return _accounting(t, kind.prompts(t, sel.get(spec.name)), op, reach, held, page_size)
+
+
+def predict_calibration(op: OperatorPlan, kind: str, probes: OperatorTokens, page_size: int = 16) -> Prediction:
+    """The content-free prompts of contextual calibration (`probes`: the operator's tokens over the
+    content-free documents): asked every question whatever the rows, and never retained."""
+    return _accounting(probes, kind_of(kind).prompts(probes, 1.0), op, 1.0, 0.0, page_size)
+
+
+def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int], op: OperatorPlan, reach: float,
+                held: float, page_size: int) -> Prediction:
+    """reach: the probability that a document reaches the operator; held: that it finds its KV retained."""
+    prompts, common = prompts
     tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
     p = Prediction()
-    prompts, common = kind.prompts(t, sel.get(spec.name))
     for doc, shared in zip(t.docs, tree.shared):
         n = len(doc)
         doc_new = (1 - held) * (n - shared)

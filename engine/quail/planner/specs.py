@@ -17,7 +17,7 @@ class OperatorSpec:
     top_k: int | None = None  # a join: the best K right rows of each left row
     right_name: str | None = None  # a join: what its prompt calls a right row; by default its column's name
     keep_all: bool = False
-    calibration: str = "none"  # "contextual": each question's content-free answer divided out
+    calibration: str = "auto"  # "contextual": each question's content-free answer divided out; "auto": the model's
     output: str | None = None
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 

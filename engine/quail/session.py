@@ -1,6 +1,6 @@
 """The text-level API: a model, an engine and a prompt layout. Usable from a notebook or script:
 
-    s = Session.open("qwen2.5-coder-0.5b")
+    s = Session.open("qwen2.5-coder-1.5b")
     result, stats = s.filter(texts, ["Is this about sport?"])
 """
 

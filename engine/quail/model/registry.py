@@ -44,7 +44,7 @@ EMBEDDED = {
         ),
     )
 }
-DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"  # the choice and its measurements: README, "Models"
 _verified: set[Path] = set()
 DTYPE_CHOICES = ["auto", "float32", "bfloat16", "float16"]  # "auto": see loader.resolve_dtype
 

@@ -1,6 +1,6 @@
 """A pipeline: named input tables and operators, from a YAML file or a single-operator command.
 
-    model: qwen2.5-coder-0.5b            # optional
+    model: qwen2.5-coder-1.5b            # optional
     tables: {reviews: reviews.parquet, products: products.csv}
     operators:
       - name: good

@@ -124,15 +124,15 @@ def bars_met(result: dict) -> list[str]:
             and result[task][metric] >= bar]
 
 
-def choose_default(runs: dict) -> tuple[str, str, list[str]]:
+def choose_default(runs: dict) -> tuple[str, str, list[str]] | None:
     """(model, calibration, bars met): the smallest model, with a calibration, that meets all three
     bars; where none does, the one that meets the most, ties to the smaller model and then to no
     calibration (it costs a few prompts). Only results with all three tasks count. MODELS is in
-    order of size."""
+    order of size. None where no result is complete."""
     complete = [(m, c, bars_met(r)) for m in MODELS for c in ("none", "contextual")
                 if set(TASKS) <= set((r := runs.get(m, {}).get(c, {})))]
     if not complete:
-        raise ValueError("no model has results for all three tasks")
+        return None
     return max(complete, key=lambda x: (len(x[2]) == len(BARS), len(x[2]), -MODELS.index(x[0]), x[1] == "none"))
 
 
@@ -218,9 +218,8 @@ def markdown(doc: dict) -> str:
                          + " | ".join(fmt(t[k]) for k in keys)
                          + f" | {t['tokens_computed']:,} | {t['seconds']:.1f} |")
         lines.append("")
-    complete = [(m, c) for m, c, r in runs if set(TASKS) <= set(r)]
-    if complete:
-        model, cal, met = choose_default(doc["runs"])
+    if chosen := choose_default(doc["runs"]):
+        model, cal, met = chosen
         lines += [f"By the rule in `choose_default` (bars: filter accuracy 0.95, classify accuracy 0.85, join top-1 "
                   f"F1 0.80): **{model}, calibration {cal}**, which meets {len(met)} of 3 ({', '.join(met) or 'none'}).",
                   ""]

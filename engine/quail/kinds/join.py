@@ -100,8 +100,9 @@ class Join(OperatorKind):
         from quail.planner.predict import OperatorTokens
         from quail.planner.prefix_tree import stem
 
-        condition = layout.pair_question(spec.questions[0], partner(spec))
-        rendered = [p + condition for p in layout.partners(partners, partner(spec))]
+        name = partner(spec)
+        condition = layout.pair_question(spec.questions[0], name)
+        rendered = [p + condition for p in layout.partners(partners, name)]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
                               stem=stem(rendered))
 

@@ -71,8 +71,7 @@ class PromptLayout:
         return self.documents([text])[0]
 
     def documents(self, texts: list[str]) -> list[list[int]]:
-        label = ANCHOR.capitalize()
-        return [self.preamble + ids for ids in self.tok.encode_batch([f"{label}:\n{t}\n\n" for t in texts])]
+        return [self.preamble + ids for ids in self.tok.encode_batch(_headed(ANCHOR, texts))]
 
     def yes_no_question(self, question: str) -> list[int]:
         return self.tok.encode(f"Question: {question}\nAnswer Yes or No.") + self.cue
@@ -90,8 +89,12 @@ class PromptLayout:
         return self.partners([text], name)[0]
 
     def partners(self, texts: list[str], name: str = SECOND) -> list[list[int]]:
-        label = name[0].upper() + name[1:]
-        return self.tok.encode_batch([f"{label}:\n{t}\n\n" for t in texts])
+        return self.tok.encode_batch(_headed(name, texts))
 
     def pair_question(self, condition: str, name: str = SECOND) -> list[int]:
         return self.yes_no_question(f"Do the {ANCHOR} and the {name} satisfy this condition? {condition}")
+
+
+def _headed(name: str, texts: list[str]) -> list[str]:
+    """Each text under its name, capitalised, as a heading line ("Headline:"), then a blank line."""
+    return [f"{name[0].upper()}{name[1:]}:\n{t}\n\n" for t in texts]

@@ -62,3 +62,19 @@ def _private_selectivity_store(monkeypatch, tmp_path):
     """Runs record observed selectivities; tests keep theirs out of the user's store. (Calibrations
     stay in the shared cache: they describe this machine, not a test.)"""
     monkeypatch.setattr("quail.cost.observed.home", lambda: tmp_path / "quail-home")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smollm2):
+    """A random 2-layer Llama saved as a safetensors directory with smollm2's tokenizer: a second,
+    different model that the CLI and Session.open load by path."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=smollm2.config.vocab_size, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=8192, tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    smollm2.tokenizer._tk.save(str(path / "tokenizer.json"))
+    return path

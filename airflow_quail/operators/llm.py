@@ -21,6 +21,7 @@ from airflow_quail.staging import WindowStage
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
+from quail.kinds.base import cascade_setting
 from quail.ops.prompts import DEFAULT_QUESTION
 from quail.pipeline.explain import describe_run
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
@@ -268,16 +269,22 @@ class LLMFilterOperator(_LLMOperator):
     :param predicates: yes/no questions (templated)
     :param limit: the first N passing rows, in input order; computing stops after them
     :param threshold: P(yes) at or above which a predicate holds
+    :param cascade: ``{"model": NAME, "band": [LOW, HIGH]}``: the rows whose P(yes) lies inside the band
+        are answered again by this larger model, in the same worker (``quail band`` chooses the band)
     """
 
     template_fields: Sequence[str] = ("source", "target", "predicates", "quail_plan")
     template_fields_renderers = {"quail_plan": "json", "predicates": "json"}
 
     def __init__(self, *, source: str, text_column: str, predicates: list[str], limit: int | None = None,
-                 threshold: float = 0.5, **kwargs):
+                 threshold: float = 0.5, cascade: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         self.source, self.text_column, self.predicates = source, text_column, predicates
         self.limit, self.threshold = limit, threshold
+        try:
+            self.cascade = cascade_setting({"cascade": cascade}, f"task {self.task_id!r}")
+        except QuailError as e:
+            raise AirflowException(str(e)) from None
         self._declare_assets(kwargs)
 
     def inputs(self):
@@ -286,7 +293,7 @@ class LLMFilterOperator(_LLMOperator):
     def spec(self):
         return OperatorSpec(self.task_id, "filter", (self.source,), (self.text_column,), tuple(self.predicates),
                             threshold=self.threshold, limit=self.limit, calibration=self.calibration,
-                            output=self.target)
+                            cascade=self.cascade, output=self.target)
 
 
 class LLMClassifyOperator(_LLMOperator):

@@ -4,6 +4,7 @@
     result, stats = s.filter(texts, ["Is this about sport?"])
 """
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class Session:
         self.loaded = loaded
         self.engine = Engine(loaded.model, plan)
         self.layout = PromptLayout(loaded.tokenizer)
+        self.options: dict = {}  # how Session.open made it: how its peers are opened
+        self.peers: dict[str, Session] = {}
+        self.peers_lock = threading.Lock()
 
     @classmethod
     def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
@@ -76,7 +80,19 @@ class Session:
         started = time.perf_counter()
         session = cls(loaded, plan)
         say(f"cost model calibrated in {time.perf_counter() - started:.1f} s")
+        session.options = dict(dtype=dtype, arena_pages=arena_pages, max_batch_tokens=max_batch_tokens, device=device,
+                               gpu_memory_utilization=gpu_memory_utilization, say=say)
         return session
+
+    def peer(self, model: str) -> "Session":
+        """Another model in this process, with its own arena, opened as this one was and kept: a
+        cascade's larger model."""
+        if model == self.loaded.name:
+            raise QuailError(f"cascade model {model!r} is the model that answers first; name a larger one")
+        with self.peers_lock:
+            if model not in self.peers:
+                self.peers[model] = Session.open(model, **self.options)
+            return self.peers[model]
 
     @property
     def context(self) -> int:

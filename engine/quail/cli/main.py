@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from quail.cli import band
 from quail.cli.progress import Progress
 from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
                              DEFAULT_PORT, DEVICE_HELP)
@@ -78,6 +79,14 @@ def parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("pipeline", help="PIPELINE.yaml")
         _engine_options(p, single=False)
+
+    b = sub.add_parser("band", help="a filter cascade's band, from a labelled sample and a target accuracy")
+    band.add_arguments(b)
+    b.add_argument("--model", default=DEFAULT_MODEL, help="the model that answers first")
+    b.add_argument("--calibration", choices=CALIBRATIONS, default="auto")
+    b.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
+    _device_options(b)
+    b.add_argument("--threads", type=int)
 
     w = sub.add_parser("worker", help="the long-lived worker that Airflow tasks send jobs to")
     w.add_argument("action", choices=["serve", "status", "stop"],
@@ -228,6 +237,13 @@ def run(argv=None) -> int:
     if args.command == "worker":
         _worker(args)
         return 0
+    if args.command == "band":
+        import torch
+
+        band.check(args)
+        torch.set_num_threads(_threads(args))
+        band.run(args, _open_session(args.model, args))
+        return 0
     if args.command in ("pipeline", "explain"):
         pipeline = load_pipeline(args.pipeline)
         pipeline.model = args.model or pipeline.model
@@ -238,6 +254,7 @@ def run(argv=None) -> int:
     import torch
 
     from quail.cost.observed import SelectivityStore
+    from quail.model.loader import check_available
     from quail.pipeline.explain import describe_plan, describe_run
     from quail.pipeline.runner import Runner
     from quail.planner.plan import plan as make_plan
@@ -254,6 +271,11 @@ def run(argv=None) -> int:
     runner.check_inputs()
     if not explain:
         runner.check_outputs(*(("output", "stats") if args.command in ("pipeline", "explain") else ("--output", "--stats")))
+    for spec in pipeline.specs:
+        if spec.cascade is not None:
+            if spec.cascade.model == pipeline.model:
+                raise QuailError(f"operator {spec.name!r}: the cascade's model is --model itself; name a larger one")
+            check_available(spec.cascade.model)
     session = _open_session(pipeline.model, args)
     if explain:
         engine = session.engine

@@ -28,6 +28,7 @@ class Stats:
     duplicates: int = 0  # documents identical to an earlier one: computed once, answers fanned out
     evictions: int = 0  # retained documents dropped from the pool to make room
     steps: dict[str, StepStats] = field(default_factory=dict)
+    by_model: dict[str, dict[str, int]] = field(default_factory=dict)  # a cascade's: each model's rows and tokens
 
     def step(self, name: str | None) -> StepStats | None:
         if name is None:
@@ -46,6 +47,16 @@ class Stats:
             mine.tokens_computed += s.tokens_computed
             mine.tokens_naive += s.tokens_naive
             mine.prompts += s.prompts
+        for model, counts in other.by_model.items():
+            mine = self.by_model.setdefault(model, dict.fromkeys(counts, 0))
+            for k, v in counts.items():
+                mine[k] += v
+        return self
+
+    def of_model(self, name: str, rows: int) -> "Stats":
+        """These figures, recorded as one model's share of a cascade."""
+        self.by_model = {name: {"rows": rows, "tokens_computed": self.tokens_computed,
+                                "tokens_naive": self.tokens_naive}}
         return self
 
     def check(self) -> None:
@@ -59,4 +70,5 @@ class Stats:
     @classmethod
     def from_dict(cls, d: dict) -> "Stats":
         return cls(**(d | {"steps": {k: StepStats(**v) for k, v in d["steps"].items()},
-                           "tokens_reused": dict(d["tokens_reused"])}))
+                           "tokens_reused": dict(d["tokens_reused"]),
+                           "by_model": {k: dict(v) for k, v in d.get("by_model", {}).items()}}))

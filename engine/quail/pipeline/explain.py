@@ -42,6 +42,10 @@ def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel,
             extra = f", failing rows p={op.retain.failed:.2f}" if op.retain.failed else ""
             lines.append(f"  retain document KV for {', '.join(op.retain.consumers)} "
                          f"(p={op.retain.passed:.2f}{extra}); released after {op.retain.consumers[-1]}")
+        if spec.cascade is not None:
+            c = spec.cascade
+            lines.append(f"  cascade: rows with P(yes) in [{c.low:g}, {c.high:g}] go to {c.model}, "
+                         f"whose share is predicted once they are known")
         lines.append(f"  predicted: {_accounting(predicted[spec.name])}")
     return "\n".join(lines)
 
@@ -55,4 +59,6 @@ def describe_run(name: str, stats: Stats, predicted: Prediction, rows_out: int, 
         f"  predicted: {_accounting(predicted)}\n"
         f"  forward passes {stats.forward_passes}, peak pages {stats.pages_peak} of {stats.pages_total}, "
         f"{stats.seconds:.1f} s ({stats.tokens_computed / max(stats.seconds, 1e-9):,.0f} tok/s)"
+        + "".join(f"\n  {model}: {m['rows']:,} rows, {m['tokens_computed']:,} tokens computed of "
+                  f"{m['tokens_naive']:,}" for model, m in stats.by_model.items())
     )

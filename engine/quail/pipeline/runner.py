@@ -16,7 +16,7 @@ from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
-from quail.pipeline.compute import compute, predict
+from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 from quail.pipeline.tables import text_column
@@ -107,9 +107,10 @@ class Runner:
         with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch:
             for spec in plan.specs:
                 target = spec.output or os.path.join(scratch, f"{spec.name}.parquet")
-                rows_out, stats = self._operator(session, spec, plan, reuse, progress, target)
+                rows_out, stats, escalated = self._operator(session, spec, plan, reuse, progress, target)
                 self.outputs[spec.name] = target
                 session.engine.consumed(spec.name)
+                predicted[spec.name].add(escalated)
                 run = OperatorRun(spec, rows_out, stats, predicted[spec.name])
                 if spec.name in self.pipeline.stats:
                     write_stats(self.pipeline.stats[spec.name], run, session, plan)
@@ -117,13 +118,15 @@ class Runner:
         return runs
 
     def _operator(self, session: Session, spec: OperatorSpec, plan: Plan, reuse: Reuse, progress: Callable,
-                  target: str) -> tuple[int, Stats]:
+                  target: str) -> tuple[int, Stats, Prediction]:
+        """The rows written, the accounting, and the predicted share of a cascade's larger model,
+        known once each window's answers are."""
         kind = kind_of(spec.kind)
         first, *others = (self.source(name) for name in spec.inputs)
         whole = [s.read_all() for s in others]
         fixed = [text_column(t, c, s.name, self.on_null) for t, s, c in zip(whole, others, spec.columns[1:])]
         bar = progress(first.num_rows(), spec.name)
-        stats, counted, seen = None, 0, None
+        stats, counted, seen, escalated = None, 0, None, Prediction()
         with OutputSink(target) as sink:
             for offset, window in first.windows(self.window_rows):
                 texts, rows = text_column(window, spec.columns[0], first.name, self.on_null, offset)
@@ -131,6 +134,7 @@ class Runner:
                 answers, s = compute(session, part, plan[spec.name], reuse, [(texts, rows)] + fixed, self.truncate, bar)
                 s.rows_skipped = window.num_rows - len(texts)
                 stats = s if stats is None else stats.merge(s)
+                escalated.add(predict_escalated(session, plan, part, answers, texts, self.truncate))
                 if (observed := kind.observed(part, answers)) is not None:
                     seen = observed if seen is None else (seen[0] + observed[0], seen[1] + observed[1])
                 sink.write(kind.shape(part, kind.in_window(answers, offset), [window] + whole, first.name))
@@ -140,7 +144,7 @@ class Runner:
         stats.rows_skipped += sum(t.num_rows - len(x) for t, (x, _) in zip(whole, fixed))
         if seen is not None:
             SelectivityStore().record(spec.fingerprint(), *seen)
-        return sink.rows, stats
+        return sink.rows, stats, escalated
 
 
 def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> None:

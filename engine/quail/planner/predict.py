@@ -87,6 +87,12 @@ def predict_calibration(op: OperatorPlan, kind: str, probes: OperatorTokens, pag
     return _accounting(probes, kind_of(kind).prompts(probes, 1.0), op, 1.0, 0.0, page_size)
 
 
+def predict_fresh(op: OperatorPlan, kind: str, t: OperatorTokens, page_size: int = 16) -> Prediction:
+    """Documents known to reach the operator that find nothing retained: the rows a cascade's
+    larger model answers."""
+    return _accounting(t, kind_of(kind).prompts(t, op.selectivity), op, 1.0, 0.0, page_size)
+
+
 def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int], op: OperatorPlan, reach: float,
                 held: float, page_size: int) -> Prediction:
     """reach: the probability that a document reaches the operator; held: that it finds its KV retained."""

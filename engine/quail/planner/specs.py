@@ -4,6 +4,18 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+
+@dataclass(frozen=True)
+class Cascade:
+    """A filter's second, larger model: the first model answers the rows whose P(yes) lies outside
+    [low, high]; `model` answers the rest (planner/cascade.py chooses the band)."""
+
+    model: str
+    low: float
+    high: float
+    __pydantic_config__ = {"extra": "forbid"}
+
+
 @dataclass(frozen=True)
 class OperatorSpec:
     name: str
@@ -18,12 +30,15 @@ class OperatorSpec:
     right_name: str | None = None  # a join: what its prompt calls a right row; by default its column's name
     keep_all: bool = False
     calibration: str = "auto"  # "contextual": each question's content-free answer divided out; "auto": the model's
+    cascade: Cascade | None = None  # a filter: the rows its model is unsure of go to a larger one
     output: str | None = None
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     def fingerprint(self) -> str:
         """Identifies what the operator computes, for the selectivities the stats store keeps."""
         what = [self.kind, self.columns[0], list(self.questions), list(self.labels), self.threshold]
+        if self.cascade is not None:  # another model answers some rows: another selectivity
+            what.append(asdict(self.cascade))
         return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
@@ -32,4 +47,7 @@ class OperatorSpec:
     @classmethod
     def from_dict(cls, d: dict) -> "OperatorSpec":
         tuples = {"inputs", "columns", "questions", "labels"}
-        return cls(**{k: tuple(v) if k in tuples else v for k, v in d.items()})
+        d = {k: tuple(v) if k in tuples else v for k, v in d.items()}
+        if isinstance(d.get("cascade"), dict):
+            d["cascade"] = Cascade(**d["cascade"])
+        return cls(**d)

@@ -25,7 +25,7 @@ import pyarrow.flight as flight
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.kinds import KINDS
-from quail.pipeline.compute import compute, predict
+from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.planner.predict import Prediction
 from quail.session import Session
 from quail.worker.jobs import Job, Submission
@@ -156,7 +156,8 @@ class Worker(flight.FlightServerBase):
         return flight.RecordBatchStream(job.answers)
 
     def list_actions(self, context):
-        return [("info", "the model, its device and dtype, and the arena's pages: total, free, retained"),
+        return [("info", "the model, its device and dtype, the arena's pages (total, free, retained), and the "
+                         "cascades' larger models it has loaded"),
                 ("status", "one job's status (body: its id) or a listing of all jobs without their ids"),
                 ("cancel", "cancel a job: a queued one at once, a running one after its rows in flight")]
 
@@ -188,13 +189,17 @@ class Worker(flight.FlightServerBase):
                 "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size,
                 "queued_tokens": sum(j.queued_tokens for j in list(self.jobs.values())),
                 "active_jobs": sum(not j.ended for j in list(self.jobs.values())),
-                "memory": engine.plan.memory.to_dict() if engine.plan.memory else None}
+                "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
+                "cascade_models": sorted(self.session.peers)}
 
-    def _predict(self, sub: Submission, docs: list[list[int]], inputs: list[tuple[list[str], list[int]]]) -> Prediction:
+    def _predict(self, sub: Submission, docs: list[list[int]], inputs: list[tuple[list[str], list[int]]],
+                 answers: pa.Table) -> Prediction:
         """The plan's expected accounting of the job's documents, beside the actual: the figures the
         planner decided on, checked run by run."""
         partners = inputs[1][0] if len(inputs) > 1 else []
-        return predict(self.session, sub.dag_plan, sub.spec, docs, partners, reached=True)
+        p = predict(self.session, sub.dag_plan, sub.spec, docs, partners, reached=True)
+        p.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, inputs[0][0]))
+        return p
 
     # the job loop
     def _job(self, job_id: str) -> Job:
@@ -227,7 +232,7 @@ class Worker(flight.FlightServerBase):
             sub = job.submission
             answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
                                      scope=sub.identity.scope)
-            job.predicted = self._predict(sub, job.docs, job.inputs).rounded()
+            job.predicted = self._predict(sub, job.docs, job.inputs, answers).rounded()
             if (seen := KINDS[job.spec.kind].observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)

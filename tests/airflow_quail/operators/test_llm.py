@@ -194,3 +194,18 @@ def test_a_bad_target_is_refused_before_any_work_is_sent(local_default, tmp_path
             op.execute(_context(1))
     assert not local_default.exists()  # no worker was started: nothing was sent
     assert pq.read_table(source).num_rows == 1
+
+
+def test_a_filter_takes_a_cascade_and_a_malformed_one_names_the_parameter(tmp_path):
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    from quail.planner.specs import Cascade
+
+    op = LLMFilterOperator(task_id="sport", source=NEWS, text_column="text", target=str(tmp_path / "o.parquet"),
+                           predicates=["Is this about sport?"],
+                           cascade={"model": "qwen2.5-coder-1.5b", "band": [0.1, 0.9]})
+    assert op.spec().cascade == Cascade("qwen2.5-coder-1.5b", 0.1, 0.9)
+    with pytest.raises(AirflowException, match="task 'sport': cascade 'band' must be two numbers"):
+        LLMFilterOperator(task_id="sport", source=NEWS, text_column="text", target=str(tmp_path / "o.parquet"),
+                          predicates=["Is this about sport?"], cascade={"model": "x", "band": [0.1]})

@@ -1,0 +1,62 @@
+"""`quail band`: a cascade's band from a labelled sample. The model that will answer first runs the
+filter on the sample; planner/cascade.py picks the band that leaves it the most rows at the target
+accuracy. The labels may be the truth or a larger model's answers."""
+
+import argparse
+
+import pyarrow as pa
+
+from quail.errors import QuailError
+from quail.pipeline.stream import TableSource
+from quail.pipeline.tables import text_column
+from quail.planner.cascade import band_for
+
+TRUE, FALSE = {"yes", "true", "1"}, {"no", "false", "0"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sample", help="a labelled sample: Parquet or CSV")
+    p.add_argument("--text-column", required=True)
+    p.add_argument("--predicate", action="append", default=[], help="as the filter will ask it; repeatable")
+    p.add_argument("--label-column", required=True, help="whether each row should pass: true/false, 1/0 or yes/no")
+    p.add_argument("--target", type=float, required=True,
+                   help="the accuracy the first model must keep on the rows it answers, e.g. 0.95")
+
+
+def check(args) -> None:
+    """Everything that can be refused before the model loads."""
+    if not args.predicate or not all(p.strip() for p in args.predicate):
+        raise QuailError("--predicate: give at least one non-empty predicate")
+    if not 0.0 < args.target <= 1.0:
+        raise QuailError(f"--target {args.target} is outside (0, 1]")
+
+
+def labels(table: pa.Table, column: str, source: str) -> list[bool]:
+    if column not in table.column_names:
+        raise QuailError(f"{source}: no label column {column!r}; it has {', '.join(table.column_names)}")
+    out = []
+    for i, value in enumerate(table.column(column).to_pylist()):
+        word = str(value).strip().lower() if value is not None and not isinstance(value, float) else None
+        if isinstance(value, bool) or word in TRUE | FALSE:
+            out.append(value if isinstance(value, bool) else word in TRUE)
+        else:
+            raise QuailError(f"{source}: row {i} of label column {column!r} is {value!r}, not true/false, 1/0 "
+                             f"or yes/no")
+    return out
+
+
+def run(args, session) -> None:
+    source = TableSource(args.sample)
+    table = source.read_all()
+    truth = labels(table, args.label_column, source.name)
+    texts, _ = text_column(table, args.text_column, source.name, "fail")
+    if not texts:
+        raise QuailError(f"{source.name}: the sample has no rows")
+    # threshold 0: every predicate of every row, so that any band's chains can be replayed
+    result, _ = session.filter(texts, args.predicate, 0.0, calibration=args.calibration)
+    band = band_for(result.p_yes, truth, args.target)
+    accuracy = "-" if band.accuracy is None else f"{band.accuracy:.3f}"
+    print(f"{session.loaded.name} answers {band.answered} of {band.rows} sample rows ({band.coverage:.0%}) at "
+          f"accuracy {accuracy}; the rest go to the cascade model\n"
+          f"--cascade-band {band.low!r} {band.high!r}")
+

@@ -1,0 +1,186 @@
+"""A filter cascade (quail/cascade.py): a random tiny Llama answers first and smollm2-135m takes the
+rows inside the band. Each row's answer is the one its model gives alone, reuse changes none, and
+each model's tokens are accounted apart and predicted."""
+
+import json
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quail.cascade import cascade_filter
+from quail.cli.main import main
+from quail.errors import QuailError
+from quail.executor.engine import PhysicalPlan
+from quail.kinds import KINDS
+from quail.model.loader import load_model
+from quail.planner.cascade import band_for, decides
+from quail.planner.plan import plan
+from quail.planner.specs import Cascade, OperatorSpec
+from quail.reuse import Reuse
+from quail.session import Session
+from quail.worker.client import WorkerClient
+from quail.worker.jobs import Identity
+from quail.worker.server import Worker
+
+TEXTS = ["The striker scored twice in the derby.", "Rates rose again.", "The keeper saved a penalty.",
+         "A new phone chip.", "Parliament passed the budget.", "The marathon was won in record time.",
+         "Oil prices fell on weak demand.", "The coach was sacked after five losses.", "A storm closed the port.",
+         "The final went to extra time.", "Shares of the chip maker doubled.", "The referee sent off two players."]
+Q = "Is this about sport?"
+
+
+@pytest.fixture(scope="module")
+def sessions(tiny_model_dir, smollm2):
+    small = Session(load_model(str(tiny_model_dir), "float32"), PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+    large = Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+    small.peers[large.loaded.name] = large
+    return small, large
+
+
+def _band(small):
+    """A threshold for the large model, and a band about the small model's median P(yes) that holds
+    a third of the rows, its edges halfway between two rows' values."""
+    r, _ = small.filter(TEXTS, [Q])
+    p = sorted(x[0] for x in r.p_yes)
+    mid = lambda i: (p[i - 1] + p[i]) / 2  # noqa: E731
+    return 0.5, Cascade("smollm2-135m", mid(len(p) // 3), mid(2 * len(p) // 3))
+
+
+@pytest.mark.parametrize("predicates", [[Q], [Q, "Is a person named?"]])
+def test_each_row_has_its_models_answer_alone_and_reuse_changes_none(sessions, predicates):
+    """A sure row is the small model's answer at threshold `low`, an unsure one the large model's at
+    the filter's threshold; with two predicates, chain mode's in both."""
+    small, large = sessions
+    threshold, band = _band(small)
+    alone = {small.loaded.name: small.filter(TEXTS, predicates, band.low)[0],
+             large.loaded.name: large.filter(TEXTS, predicates, threshold)[0]}
+    runs = [cascade_filter(small, band, TEXTS, predicates, threshold, reuse) for reuse in (True, False)]
+    for result, escalated, stats in runs:
+        assert 0 < sum(escalated) < len(TEXTS)
+        for i, took in enumerate(escalated):
+            own = alone[large.loaded.name if took else small.loaded.name]
+            assert result.passed[i] == own.passed[i]
+            for got, want in zip(result.p_yes[i], own.p_yes[i], strict=True):
+                assert (got is None) == (want is None) and (got is None or abs(got - want) < 1e-4)
+            assert took == (not decides(alone[small.loaded.name].p_yes[i], band.low, band.high))
+        stats.check()
+        m = stats.by_model
+        assert m[small.loaded.name]["rows"] == len(TEXTS) and m[large.loaded.name]["rows"] == sum(escalated)
+        assert sum(x["tokens_computed"] for x in m.values()) == stats.tokens_computed
+        assert sum(x["tokens_naive"] for x in m.values()) == stats.tokens_naive
+    assert runs[0][1] == runs[1][1]
+    assert runs[0][2].tokens_computed < runs[1][2].tokens_computed == runs[1][2].tokens_naive
+
+
+def test_a_band_nobody_falls_in_never_asks_the_large_model(sessions):
+    small, large = sessions
+    result, escalated, stats = cascade_filter(small, Cascade("smollm2-135m", 0.5, 0.5), TEXTS, [Q], 0.5)
+    assert not any(escalated) and stats.by_model[large.loaded.name] == {"rows": 0, "tokens_computed": 0,
+                                                                       "tokens_naive": 0}
+
+
+def test_a_worker_job_reports_each_models_tokens_and_predicts_them(sessions, tmp_path):
+    small, _ = sessions
+    threshold, band = _band(small)
+    spec = OperatorSpec("sport", "filter", ("news",), ("text",), (Q,), threshold=threshold, cascade=band)
+    p = plan([spec])
+    server = Worker(small, f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
+    try:
+        client = WorkerClient(f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
+        job, _ = client.submit(Identity("news", "sport", "r1"), spec, p["sport"], Reuse(),
+                               [(TEXTS, list(range(len(TEXTS))))], plan=p)
+        status = client.wait(job, poll=0.05)
+        answers = client.fetch(job)
+        assert client.info()["cascade_models"] == ["smollm2-135m"]
+    finally:
+        server.shutdown()
+    assert status["state"] == "done", status
+    assert answers["cascaded"].to_pylist().count(True) == status["stats"]["by_model"]["smollm2-135m"]["rows"] > 0
+    # one predicate: every document is asked once by one model, then once more by the other if unsure
+    assert status["predicted"]["tokens_naive"] == status["stats"]["tokens_naive"]
+
+
+def _cli(*argv):
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv] + ["--dtype", "float32"])
+    return e.value.code
+
+
+@pytest.fixture
+def news(tmp_path):
+    path = tmp_path / "news.parquet"
+    sport = [1, 0, 1, 0, 0, 1, 0, 1, 0, 1, 0, 1]
+    pq.write_table(pa.table({"id": list(range(len(TEXTS))), "text": TEXTS, "sport": [bool(s) for s in sport]}),
+                   path)
+    return path
+
+
+def test_the_cli_chooses_a_band_and_cascades_with_it(sessions, tiny_model_dir, news, tmp_path, capsys):
+    small, _ = sessions
+    threshold, _ = _band(small)
+    assert _cli("band", news, "--text-column", "text", "--predicate", Q, "--label-column", "sport",
+                "--target", "0.6", "--model", tiny_model_dir) == 0
+    low, high = map(float, re.search(r"--cascade-band (\S+) (\S+)", capsys.readouterr().out).groups())
+    r, _ = small.filter(TEXTS, [Q], 0.0)
+    sport = pq.read_table(news)["sport"].to_pylist()
+    expected = band_for(r.p_yes, sport, 0.6)  # from P(yes) computed in other batches: equal to fp32 rounding
+    assert abs(low - expected.low) < 1e-4 and abs(high - expected.high) < 1e-4
+    out, stats = tmp_path / "out.parquet", tmp_path / "stats.json"
+    assert _cli("filter", news, "--text-column", "text", "--predicate", Q, "--threshold", threshold, "--keep-all",
+                "--model", tiny_model_dir, "--cascade", "smollm2-135m", "--cascade-band", low, high,
+                "--output", out, "--stats", stats) == 0
+    table, s = pq.read_table(out), json.loads(stats.read_text())
+    assert table.column_names == ["id", "text", "sport", "passed", "p_yes_1", "cascaded"]
+    assert table["cascaded"].to_pylist().count(True) == s["by_model"].get("smollm2-135m", {}).get("rows", 0)
+    assert s["by_model"][tiny_model_dir.name]["rows"] == len(TEXTS)
+    assert s["predicted"]["tokens_naive"] == s["tokens_naive"]
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--cascade", "smollm2-135m"], "--cascade MODEL and --cascade-band LOW HIGH go together"),
+    (["--cascade", "smollm2-135m", "--cascade-band", "0.9", "0.6"], "must be LOW <= HIGH within [0, 1]"),
+    (["--cascade", "no-such-model", "--cascade-band", "0.1", "0.9"], "'no-such-model': not an embedded model"),
+    (["--cascade", "smollm2-135m", "--cascade-band", "0.1", "0.9", "--model", "smollm2-135m"],
+     "the cascade's model is --model itself"),
+])
+def test_bad_cascades_are_clear_errors(news, tmp_path, capsys, monkeypatch, argv, match):
+    def never(*_):
+        raise AssertionError("a model loaded before the cascade was checked")
+
+    monkeypatch.setattr("quail.session.load_model", never)
+    assert _cli("filter", news, "--text-column", "text", "--predicate", Q, "--output", tmp_path / "o.parquet",
+                "--model", "qwen2.5-coder-1.5b", *argv) == 2
+    err = capsys.readouterr().err
+    assert "quail: error:" in err and match in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--label-column", "id"], "row 2 of label column 'id' is 2"),
+    (["--label-column", "nope"], "no label column 'nope'"),
+    (["--label-column", "sport", "--target", "0"], "--target 0.0 is outside (0, 1]"),
+])
+def test_bad_band_input_is_a_clear_error(news, capsys, argv, match):
+    assert _cli("band", news, "--text-column", "text", "--predicate", Q, "--target", "0.9", *argv[:2],
+                *argv[2:], "--model", "smollm2-135m") == 2
+    err = capsys.readouterr().err
+    assert "quail: error:" in err and match in err and "Traceback" not in err
+
+
+def test_a_cascade_on_another_kind_or_a_malformed_one_is_refused(tmp_path, news, capsys):
+    for body, match in [("  - {name: kind, classify: {input: news, column: text, labels: [a, b], "
+                         "cascade: {model: smollm2-135m, band: [0.1, 0.9]}}}", "unknown classify keys ['cascade']"),
+                        ("  - {name: sport, filter: {input: news, column: text, predicates: [x], "
+                         "cascade: {model: smollm2-135m}}}", "'cascade' must be {model: NAME, band: [LOW, HIGH]}")]:
+        path = tmp_path / "p.yaml"
+        path.write_text(f"model: smollm2-135m\ntables: {{news: {news}}}\noperators:\n{body}\n")
+        assert _cli("explain", path) == 2
+        err = capsys.readouterr().err
+        assert "quail: error:" in err and match in err, err
+    # a submission to the worker carries a spec, not a pipeline file: the kind refuses it there
+    spec = OperatorSpec("kind", "classify", ("news",), ("text",), ("?",), ("a", "b"),
+                        cascade=Cascade("smollm2-135m", 0.1, 0.9))
+    with pytest.raises(QuailError, match="a cascade is for a filter"):
+        KINDS["classify"].validate(spec, "operator 'kind'")

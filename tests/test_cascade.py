@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from quail.cascade import cascade_filter
-from quail.cli.main import main
+from quail.cli.main import _describe_worker, main
 from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
 from quail.kinds import KINDS
@@ -93,7 +93,9 @@ def test_a_worker_job_reports_each_models_tokens_and_predicts_them(sessions, tmp
                                [(TEXTS, list(range(len(TEXTS))))], plan=p)
         status = client.wait(job, poll=0.05)
         answers = client.fetch(job)
-        assert client.info()["cascade_models"] == ["smollm2-135m"]
+        info = client.info()
+        assert info["cascade_models"] == ["smollm2-135m"]
+        assert _describe_worker(info).endswith("; cascade models loaded: smollm2-135m")  # quail worker status
     finally:
         server.shutdown()
     assert status["state"] == "done", status

@@ -152,8 +152,9 @@ def _describe_worker(info: dict) -> str:
               f"{m['weights_bytes'] / gib:.2f} GiB of weights, reserve {m['reserve_bytes'] / gib:.2f} GiB; "
               f"arena {info['arena_pages']:,} pages ({m['rule']})") if m else \
         f"{info['device']}: arena {info['arena_pages']:,} pages"
+    cascades = f"; cascade models loaded: {', '.join(info['cascade_models'])}" if info["cascade_models"] else ""
     return (f"{info['model']} ({info['dtype']}) on {memory}, {info['free_pages']:,} free, "
-            f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass")
+            f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass{cascades}")
 
 
 def _describe_load(location: str, token: str | None) -> str:

@@ -46,21 +46,25 @@ class LoadedModel:
 
 def load_weights(spec: str) -> tuple[ModelConfig, Mapping[str, torch.Tensor], Tokenizer]:
     """The weights come as a mapping that reads each tensor when it is looked up."""
-    path = embedded_path(spec) if spec in EMBEDDED else Path(spec)
+    path = embedded_path(spec) if spec in EMBEDDED else _local_path(spec)
+    if path.is_dir():
+        return load_hf_dir(path)
+    from quail.model.gguf_loader import load_gguf  # gguf only where a GGUF file is read
+
+    return load_gguf(path)
+
+
+def _local_path(spec: str) -> Path:
+    """A --model that is not an embedded name: a safetensors directory or a GGUF file."""
+    path = Path(spec)
     if path.is_dir():
         if not (path / "config.json").exists():
             raise QuailError(f"--model {spec}: directory has no config.json")
-        return load_hf_dir(path)
+        return path
     if path.suffix == ".gguf" and path.exists():
-        from quail.model.gguf_loader import load_gguf  # gguf only where a GGUF file is read
-
-        return load_gguf(path)
-    raise _unknown(spec)
-
-
-def _unknown(spec: str) -> QuailError:
-    return QuailError(f"--model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a "
-                      f"safetensors directory")
+        return path
+    raise QuailError(f"--model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a "
+                     f"safetensors directory")
 
 
 def check_available(spec: str) -> None:
@@ -68,10 +72,8 @@ def check_available(spec: str) -> None:
     if spec in EMBEDDED:
         if not installed(spec):
             raise not_installed(EMBEDDED[spec])
-        return
-    path = Path(spec)
-    if not ((path / "config.json").exists() if path.is_dir() else path.suffix == ".gguf" and path.exists()):
-        raise _unknown(spec)
+    else:
+        _local_path(spec)
 
 
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:

@@ -65,16 +65,13 @@ def _private_selectivity_store(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, smollm2):
-    """A random 2-layer Llama saved as a safetensors directory with smollm2's tokenizer: a second,
-    different model that the CLI and Session.open load by path."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny_model_dir(tmp_path_factory):
+    """bench/scale.py's random 2-layer Llama with smollm2's tokenizer, saved as a safetensors
+    directory: a second, different model that the CLI and Session.open load by path."""
+    import importlib.util
+    from pathlib import Path
 
-    path = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=smollm2.config.vocab_size, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=8192, tie_word_embeddings=False)
-    LlamaForCausalLM(cfg).eval().save_pretrained(path)
-    smollm2.tokenizer._tk.save(str(path / "tokenizer.json"))
-    return path
+    spec = importlib.util.spec_from_file_location("scale", Path(__file__).resolve().parents[1] / "bench" / "scale.py")
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    return scale.tiny_model(tmp_path_factory.mktemp("tiny-llama"))

@@ -19,13 +19,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from quail.atomic import check_writable
+from quail.atomic import check_writable, same_file
 from quail.errors import QuailError
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 
@@ -201,9 +202,11 @@ def _write_object(tables: Iterable[pa.Table], path) -> None:
         with temp.open("wb") as f:
             _write_parquet(tables, f)
         temp.replace(path)
-    except BaseException:
+    except BaseException as e:
         if temp.exists():
             temp.unlink()
+        if isinstance(e, OSError):
+            raise QuailError(f"target {str(path)!r}: the old output was left as it was: {e.strerror or e}") from None
         raise
 
 
@@ -231,14 +234,24 @@ def target_location(target: str):
     return object_path(target) or Path(target)
 
 
+def local_file(location: str) -> Path | None:
+    """The file on this machine that a plain path or a `file://` URI names; None for any other URI."""
+    scheme, sep, _ = location.partition("://")
+    if not sep:
+        return Path(location)
+    if scheme.lower() == "file":
+        return Path(unquote(urlsplit(location).path))
+    return None
+
+
 def check_target(target: str, sources: Iterable[str] = ()):
     """Refuses, before any work is sent, a target that could not be written: a location of the
     wrong kind, an unknown connection or one that does not answer, a path that cannot be created
-    (under a regular file, in a read-only folder, in /proc), or one of the operator's own inputs.
-    Returns its location."""
+    (under a regular file, in a read-only folder, in /proc), or one of the operator's own inputs,
+    however it is spelt (a path, a `file://` URI, a link). Returns its location."""
     where = target_location(target)
-    if target in sources or (isinstance(where, Path) and where.resolve() in
-                             {Path(s).resolve() for s in sources if "://" not in s}):
+    local, inputs = local_file(target), [p for p in map(local_file, sources) if p is not None]
+    if target in sources or (local is not None and any(same_file(local, p) for p in inputs)):
         raise QuailError(f"target {target!r} is one of the inputs: it would be overwritten while it is read")
     if isinstance(where, SqlLocation):
         try:
@@ -246,8 +259,8 @@ def check_target(target: str, sources: Iterable[str] = ()):
                 pass
         except sa.exc.SQLAlchemyError as e:
             raise QuailError(f"target {target!r}: {e.__class__.__name__}: {str(e).splitlines()[0]}") from None
-    elif isinstance(where, Path):
-        check_writable(where, "target")
+    elif local is not None:
+        check_writable(local, "target")
     return where
 
 

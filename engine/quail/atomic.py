@@ -48,3 +48,14 @@ def check_writable(path: str | Path, what: str) -> None:
         os.unlink(probe)
     except OSError as e:
         raise QuailError(f"{what} {path}: cannot write in {folder} ({e.strerror})") from None
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file, however they are spelt: a relative path, a link, a hard
+    link."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

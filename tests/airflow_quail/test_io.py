@@ -193,7 +193,10 @@ def test_bad_targets_are_refused_before_any_work(sqlite_conn, tmp_path):
              "/proc/x.parquet": "cannot write in /proc",
              "sql://no_such_conn/t": "the connection 'no_such_conn' is not defined",
              str(tmp_path): "outputs are .parquet",
-             str(tmp_path / "in.parquet"): "is one of the inputs"}
+             str(tmp_path / "in.parquet"): "is one of the inputs",
+             f"file://{tmp_path}/in.parquet": "is one of the inputs",
+             "file:///proc/x.parquet": "cannot write in /proc",
+             f"file://{a_file}/out.parquet": "is a file, not a folder"}
     if os.geteuid() != 0:  # root writes anywhere
         cases[str(read_only / "x.parquet")] = "cannot write in"
     for target, says in cases.items():
@@ -201,3 +204,20 @@ def test_bad_targets_are_refused_before_any_work(sqlite_conn, tmp_path):
             check_target(target, [str(tmp_path / "in.parquet")])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["news.db", "plain.txt", "ro"] or \
         sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "ro"]  # no probe left behind
+
+
+def test_a_target_that_is_the_source_however_spelt_is_refused(tmp_path):
+    """A file:// URI, a relative path, a symbolic or a hard link to the source: each would overwrite
+    the input while it is read."""
+    from airflow_quail.io import check_target
+
+    source = tmp_path / "in.parquet"
+    source.write_bytes(b"PAR1")
+    (tmp_path / "link.parquet").symlink_to(source)
+    os.link(source, tmp_path / "hard.parquet")
+    for target in (f"file://{source}", f"file://{tmp_path}/sub/../in.parquet", str(tmp_path / "link.parquet"),
+                   str(tmp_path / "hard.parquet"), f"file://{tmp_path}/hard.parquet"):
+        for sources in ([str(source)], [f"file://{source}"]):
+            with pytest.raises(QuailError, match="is one of the inputs"):
+                check_target(target, sources)
+    assert source.read_bytes() == b"PAR1"

@@ -1,6 +1,7 @@
 """The `quail` CLI end to end on the embedded smollm2-135m, and its errors on bad input."""
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -201,4 +202,26 @@ def test_outputs_and_stats_that_cannot_be_written_are_refused_before_the_model_l
     fails(capsys, *base, "--output", news, match="is one of the inputs")
     out = tmp_path / "o.parquet"
     fails(capsys, *base, "--output", out, "--stats", a_file / "s.json", match="--stats")
+    before = Path(news).read_bytes()
+    fails(capsys, *base, "--output", out, "--stats", news, match=f"--stats {news} is one of the inputs")
+    fails(capsys, *base, "--output", out, "--stats", out, match=f"--stats {out} is also --output {out}")
+    assert Path(news).read_bytes() == before
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["news.parquet", "plain.txt"]
+
+
+def test_pipeline_outputs_and_stats_that_collide_are_refused(tmp_path, news, capsys):
+    """Two operators writing one file, or a stats file that is an output, would overwrite each other."""
+    def pipeline(**files):
+        ops = [{"name": "a", "filter": {"input": "news", "column": "text", "predicates": ["Sport?"]}},
+               {"name": "b", "filter": {"input": "news", "column": "text", "predicates": ["Rates?"]}}]
+        for op in ops:
+            op.update({k.split("_")[1]: str(tmp_path / v) for k, v in files.items() if k.startswith(op["name"])})
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({"tables": {"news": str(news)}, "operators": ops}))
+        return path
+
+    fails(capsys, "pipeline", pipeline(a_output="o.parquet", b_output="o.parquet"),
+          match=f"operator 'b': output {tmp_path / 'o.parquet'} is also operator 'a': output")
+    fails(capsys, "pipeline", pipeline(a_output="o.parquet", b_output="p.parquet", b_stats="o.parquet"),
+          match=f"operator 'b': stats {tmp_path / 'o.parquet'} is also operator 'a': output")
+    assert not (tmp_path / "o.parquet").exists()

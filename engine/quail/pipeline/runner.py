@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from quail.atomic import check_writable
+from quail.atomic import check_writable, same_file, write_text_atomically
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
@@ -60,19 +60,24 @@ class Runner:
 
     def check_outputs(self, output_word: str = "output", stats_word: str = "stats") -> None:
         """Refuses, before the model loads, an output or stats file that could not be written, an
-        output that is not Parquet, and an output that would overwrite one of the inputs."""
-        inputs = {Path(p).resolve() for p in self.pipeline.tables.values()}
+        output that is not Parquet, and any output or stats file that is one of the inputs or that
+        another output or stats file of the run also names."""
+        claimed = {Path(p).resolve(): None for p in self.pipeline.tables.values()}  # None: an input
         for spec in self.pipeline.specs:
             where = f"operator {spec.name!r}: " if len(self.pipeline.specs) > 1 else ""
-            if spec.output is not None:
-                if Path(spec.output).suffix.lower() != ".parquet":
-                    raise QuailError(f"{where}{output_word} {spec.output}: outputs are .parquet files")
-                if Path(spec.output).resolve() in inputs:
-                    raise QuailError(f"{where}{output_word} {spec.output} is one of the inputs: it would be "
-                                     f"overwritten while it is read")
-                check_writable(spec.output, f"{where}{output_word}")
-            if spec.name in self.pipeline.stats:
-                check_writable(self.pipeline.stats[spec.name], f"{where}{stats_word}")
+            files = [(output_word, spec.output), (stats_word, self.pipeline.stats.get(spec.name))]
+            if spec.output is not None and Path(spec.output).suffix.lower() != ".parquet":
+                raise QuailError(f"{where}{output_word} {spec.output}: outputs are .parquet files")
+            for word, path in files:
+                if path is None:
+                    continue
+                for p, what in claimed.items():
+                    if same_file(path, p):
+                        raise QuailError(f"{where}{word} {path} is one of the inputs: it would be overwritten while "
+                                         f"it is read" if what is None else
+                                         f"{where}{word} {path} is also {what}: one would overwrite the other")
+                check_writable(path, f"{where}{word}")
+                claimed[Path(path).resolve()] = f"{where}{word} {path}"
 
     def predict(self, session: Session, plan: Plan) -> dict[str, Prediction]:
         """Each operator's predicted accounting over the rows of its source table, window by window
@@ -151,5 +156,4 @@ def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> No
     doc = {"operator": run.spec.name, "command": run.spec.kind, "model": session.loaded.name,
            "plan_hash": plan.hash, "rows_out": run.rows_out} | run.stats.to_dict()
     doc["predicted"] = run.predicted.rounded()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=2))
+    write_text_atomically(path, json.dumps(doc, indent=2))

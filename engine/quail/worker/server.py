@@ -14,6 +14,7 @@ import hmac
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -49,23 +50,39 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
 
 
 def claim_socket(location: str) -> Path | None:
-    """A Unix socket path that no live worker holds (a stale file from a dead one is removed);
-    gRPC would silently take over a live one's path."""
+    """A Unix socket path that no live worker holds. A stale socket of this user's, from a worker
+    that died, is removed; anything else at the path (a file, a folder, a link, another user's
+    socket) is refused, never removed. gRPC would silently take over a live one's path."""
     if not location.startswith("grpc+unix://"):
         return None
     path = Path(location.removeprefix("grpc+unix://"))
-    if path.exists():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # nobody listens: a worker that died
-        else:
-            raise QuailError(f"a worker already listens on {path}; stop it first (`quail worker stop` for the "
-                             f"local ones) or choose another --socket")
-        finally:
-            probe.close()
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return path
+    except OSError as e:
+        raise QuailError(f"socket {path}: {e.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise QuailError(f"socket {path} is not a socket ({_what(st.st_mode)}); it is left as it is: "
+                         f"choose another --socket")
+    if st.st_uid != os.getuid():
+        raise QuailError(f"socket {path} belongs to another user (uid {st.st_uid}); choose another --socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # nobody listens: a worker that died
+    else:
+        raise QuailError(f"a worker already listens on {path}; stop it first (`quail worker stop` for the "
+                         f"local ones) or choose another --socket")
+    finally:
+        probe.close()
     return path
+
+
+def _what(mode: int) -> str:
+    return "a folder" if stat.S_ISDIR(mode) else "a link" if stat.S_ISLNK(mode) else \
+        "a file" if stat.S_ISREG(mode) else "not a socket"
 
 
 class Worker(flight.FlightServerBase):

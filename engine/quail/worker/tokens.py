@@ -28,10 +28,24 @@ def read_token(location: str) -> str | None:
         return None
 
 
+TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
+
+
 def new_token(location: str) -> str:
+    """Writes a new random token for the worker at `location`. What lies at its path is replaced only
+    when it is a token an earlier worker of this user wrote; anything else is refused, never removed."""
     path = token_path(location)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        pass
+    else:
+        if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_size <= 64
+                and TOKEN.fullmatch(path.read_text(errors="replace").strip())):
+            raise QuailError(f"token file {path} exists and is not a token this user's worker wrote; it is left "
+                             f"as it is: move it, or choose another socket or port")
+        path.unlink()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_urlsafe(32))

@@ -187,7 +187,11 @@ def test_a_bad_target_is_refused_before_any_work_is_sent(local_default, tmp_path
     for target, says in ((str(a_file / "out.parquet"), "is a file, not a folder"),
                          ("/proc/out.parquet", "cannot write in /proc"),
                          ("sql://no_such_conn/kept", "the connection 'no_such_conn' is not defined"),
-                         (str(source), "is one of the inputs")):
+                         (str(source), "is one of the inputs"),
+                         (f"file://{source}", "is one of the inputs"),
+                         (f"file://{tmp_path}/./news.parquet", "is one of the inputs"),
+                         ("file:///proc/out.parquet", "cannot write in /proc"),
+                         (f"file://{a_file}/out.parquet", "is a file, not a folder")):
         op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target,
                                predicates=["Is this about sport?"])
         with pytest.raises(AirflowException, match=says):

@@ -11,13 +11,19 @@ the same explicitly."""
 import json
 from dataclasses import asdict
 
-from airflow_quail.operators.llm import _LLMOperator
 from quail.planner.plan import OperatorPlan, Plan, plan
+
+
+def is_quail(cls) -> bool:
+    """A Quail operator class: one whose rendered fields carry its plan entry (`quail_plan`). Known
+    by that, not by its base class, so that the operators import the planning and not the reverse."""
+    fields = getattr(cls, "template_fields", ())  # a MappedOperator's is a property: not one
+    return isinstance(cls, type) and isinstance(fields, (tuple, list)) and "quail_plan" in fields
 
 
 def dag_plan(dag) -> Plan | None:
     """The plan of the DAG's Quail operators, mapped ones included, or None if it has none."""
-    planned: dict[str, _LLMOperator] = {}
+    planned: dict = {}
     for task in dag.topological_sort():  # upstream first: a mapped task reads its producers' plans
         if (op := _planned(task, planned)) is not None:
             planned[task.task_id] = op
@@ -33,17 +39,17 @@ def dag_plan(dag) -> Plan | None:
     return plan(specs)
 
 
-def _planned(task, planned: dict[str, _LLMOperator]) -> _LLMOperator | None:
+def _planned(task, planned: dict):
     """The Quail operator a task plans as. A mapped one (`.partial(...).expand(...)`) plans as one
     operator of its partial arguments: an input expanded over a Quail operator's output (its
     manifests' targets) reads that operator's target (from `planned`, the upstream tasks' plans),
     so retention is planned from it to each mapped index; one expanded over a list plans with its
     first value. Each index computes and retains its own input, under its own identity (the map
     index)."""
-    if isinstance(task, _LLMOperator):
+    if is_quail(type(task)):
         return task
     cls = getattr(task, "operator_class", None)
-    if not (isinstance(cls, type) and issubclass(cls, _LLMOperator)):
+    if not is_quail(cls):
         return None
     kwargs = {k: v for k, v in task.partial_kwargs.items() if k not in ("inlets", "outlets")}
     for key, value in task.expand_input.value.items():
@@ -65,7 +71,7 @@ def plan_quail_dag(dag) -> Plan | None:
     if result is not None:
         planned = {s.name for s in result.specs}
         for t in dag.tasks:
-            if isinstance(t, _LLMOperator):
+            if is_quail(type(t)):
                 t.quail_plan = plan_document(result.hash, result[t.task_id])
             elif t.task_id in planned:  # mapped: every index gets it from the partial arguments
                 t.partial_kwargs["quail_plan"] = plan_document(result.hash, result[t.task_id])

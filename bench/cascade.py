@@ -1,5 +1,5 @@
 """A filter cascade on bench/data's person filter: the band comes from the dev half for each target
-accuracy (planner/cascade.py, gold labels), then the held-out half is filtered by the cascade and
+accuracy (planner/band.py, gold labels), then the held-out half is filtered by the cascade and
 by the large model alone, at calibration auto (each model's own) and threshold 0.5. Reports
 accuracy and F1 against the labels, the rows the large model took, and tokens and seconds per
 model. Writes bench/results/cascade.json and .md.
@@ -28,8 +28,8 @@ def main():
     ap.add_argument("--targets", type=float, nargs="+", default=[0.95, 0.99])
     args = ap.parse_args()
 
-    from quail.cascade import cascade_filter
-    from quail.planner.cascade import band_for
+    from quail.runtime.cascade import cascade_filter
+    from quail.planner.band import band_for
     from quail.planner.specs import Cascade
     from quail.session import Session
 

@@ -1,4 +1,4 @@
-"""A filter cascade (quail/cascade.py): a random tiny Llama answers first and smollm2-135m takes the
+"""A filter cascade (quail/runtime/cascade.py): a random tiny Llama answers first and smollm2-135m takes the
 rows inside the band. Each row's answer is the one its model gives alone, reuse changes none, and
 each model's tokens are accounted apart and predicted."""
 
@@ -9,13 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quail.cascade import cascade_filter
+from quail.runtime.cascade import cascade_filter
 from quail.cli.main import _describe_worker, main
 from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
 from quail.kinds import KINDS
 from quail.model.loader import load_model
-from quail.planner.cascade import band_for, decides
+from quail.planner.band import band_for, decides
 from quail.planner.plan import plan
 from quail.planner.specs import Cascade, OperatorSpec
 from quail.reuse import Reuse

@@ -4,7 +4,8 @@ Pure functions of plain data, so they are tested without a server."""
 
 from html import escape
 
-MECHANISMS = ("rewind", "prefix", "retention")
+from quail.constants import MECHANISMS
+
 COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "prefix": "#9bbb59", "retention": "#8064a2"}
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}
 td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}

@@ -15,11 +15,13 @@ from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.executor.stats import Stats
 from quail.model.loader import LoadedModel, load_model
 from quail.model.registry import DEFAULT_MODEL, EMBEDDED
-from quail.ops.calibration import CALIBRATIONS, CONTENT_FREE, column_means, labels_given, yes_given
+from quail.kinds.base import CALIBRATIONS
+from quail.ops.calibration import CONTENT_FREE, column_means, labels_given, yes_given
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
-from quail.ops.prompts import DEFAULT_QUESTION, SECOND, PromptLayout
+from quail.kinds.words import DEFAULT_QUESTION, SECOND
+from quail.ops.prompts import PromptLayout
 from quail.reuse import Retain, Reuse
 
 

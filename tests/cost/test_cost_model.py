@@ -2,7 +2,7 @@
 
 from quail.cost.model import CostModel, Sample
 from quail.executor import calibration
-from quail.executor.calibration import calibrated
+from quail.executor.timing import calibrated
 
 
 def test_fit_recovers_a_linear_cost():

@@ -11,7 +11,8 @@ import pytest
 
 from quail.cli.main import main
 from quail.kinds.join import partner
-from quail.ops.prompts import PromptLayout, partner_name
+from quail.kinds.words import partner_name
+from quail.ops.prompts import PromptLayout
 from quail.planner.specs import OperatorSpec
 from tests.cli.test_bad_input import MODEL, refused
 

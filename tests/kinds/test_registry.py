@@ -12,15 +12,21 @@ from quail.kinds import KINDS
 from quail.kinds.base import OperatorKind
 from quail.planner.plan import plan
 from quail.planner.specs import OperatorSpec
+from quail.runtime import RUNTIMES
+from quail.runtime.base import KindRuntime
 
 
-def test_every_kind_is_a_command_with_its_own_arguments():
+def test_every_kind_is_a_command_with_its_own_arguments_and_a_run_time_class():
     commands = parser()._subparsers._group_actions[0].choices
     assert set(KINDS) <= set(commands)
+    assert set(RUNTIMES) == set(KINDS)
     for name, kind in KINDS.items():
-        overridden = [m for m in ("from_settings", "add_arguments", "from_args", "compute", "shape", "tokens",
-                                  "prompts") if getattr(type(kind), m) is not getattr(OperatorKind, m)]
-        assert len(overridden) == 7, f"{name} leaves some of the interface to the base class"
+        overridden = [m for m in ("from_settings", "add_arguments", "from_args", "tokens", "prompts")
+                      if getattr(type(kind), m) is not getattr(OperatorKind, m)]
+        assert len(overridden) == 5, f"{name} leaves some of the interface to the base class"
+        run = RUNTIMES[name]
+        assert type(run.kind) is type(kind)
+        assert all(getattr(type(run), m) is not getattr(KindRuntime, m) for m in ("compute", "shape")), name
 
 
 def test_validation_is_the_kinds_own():

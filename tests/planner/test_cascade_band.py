@@ -1,11 +1,11 @@
-"""Choosing a cascade's band from a labelled sample (planner/cascade.py)."""
+"""Choosing a cascade's band from a labelled sample (planner/band.py)."""
 
 import itertools
 import random
 
 import pytest
 
-from quail.planner.cascade import band_for, decides
+from quail.planner.band import band_for, decides
 
 
 def _chain(row, low):

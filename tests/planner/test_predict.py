@@ -7,7 +7,8 @@ from quail.ops.classify import run_classify
 from quail.ops.join import run_join
 from quail.ops.prompts import AnswerTokens
 from quail.planner.plan import plan
-from quail.planner.predict import OperatorTokens, predict
+from quail.kinds.base import OperatorTokens
+from quail.planner.predict import predict
 from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
 

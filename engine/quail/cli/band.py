@@ -1,5 +1,5 @@
 """`quail band`: a cascade's band from a labelled sample. The model that will answer first runs the
-filter on the sample; planner/cascade.py picks the band that leaves it the most rows at the target
+filter on the sample; planner/band.py picks the band that leaves it the most rows at the target
 accuracy. The labels may be the truth or a larger model's answers."""
 
 import argparse
@@ -9,7 +9,7 @@ import pyarrow as pa
 from quail.errors import QuailError
 from quail.pipeline.stream import TableSource
 from quail.pipeline.tables import text_column
-from quail.planner.cascade import band_for
+from quail.planner.band import band_for
 
 TRUE, FALSE = {"yes", "true", "1"}, {"no", "false", "0"}
 

@@ -13,7 +13,7 @@ from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_U
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
-from quail.ops.calibration import CALIBRATIONS
+from quail.kinds.base import CALIBRATIONS
 from quail.pipeline.config import Pipeline, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.worker.tokens import new_token, read_token, token_from_file

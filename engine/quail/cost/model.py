@@ -1,4 +1,4 @@
-"""Tokens -> seconds, from forward passes measured on this device (executor/calibration.py).
+"""Tokens -> seconds, from forward passes measured on this device (executor/timing.py).
 
 One pass of n new tokens whose attention spans, on average, c earlier tokens each costs
     seconds = per_pass + n * (per_token + c * per_token_context)

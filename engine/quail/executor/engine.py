@@ -11,7 +11,7 @@ from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_U
 from quail.cost import retention
 from quail.cost.model import CostModel
 from quail.device import synchronize
-from quail.executor.calibration import calibrated
+from quail.executor.timing import calibrated
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.memory import ArenaSizing, plan_memory
 from quail.executor.model_runner import ModelRunner

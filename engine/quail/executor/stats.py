@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass, field
 
-MECHANISMS = ("rewind", "prefix", "retention")
+from quail.constants import MECHANISMS
 
 
 @dataclass

@@ -1,24 +1,34 @@
-"""What every operator kind provides. One subclass per kind owns its settings, validation, prompt
-rendering, programs, answer columns, output shape and prediction; adding a kind is one new file and
-one line in kinds/__init__.py. Importing a kind loads no torch: the engine is imported where it runs."""
+"""What every operator kind is, below the planner: its settings, its checks, the shape of its
+prompts and the tokens its prediction needs. Pure: no torch, no pyarrow, nothing that runs a
+model. How a kind computes and shapes its output is its run-time class (quail/runtime/)."""
 
 import argparse
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from quail.errors import QuailError
-from quail.ops.calibration import CALIBRATIONS
 from quail.planner.specs import Cascade, OperatorSpec
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+CALIBRATIONS = ("auto", "none", "contextual")  # auto: the model's own (model/registry.py)
 
-    from quail.executor.stats import Stats
-    from quail.ops.prompts import PromptLayout
-    from quail.planner.predict import OperatorTokens
-    from quail.reuse import Retain, Reuse
-    from quail.session import Session
 
-Inputs = list[tuple[list[str], list[int]]]  # per input: its texts and their row numbers
+@dataclass(frozen=True)
+class OperatorTokens:
+    docs: list[list[int]]  # the operator's documents, one per row of its source table
+    questions: list[int]  # token counts: the predicates, the question, or the join condition
+    labels: list[int] = field(default_factory=list)  # classify: token count of each label
+    partners: list[int] = field(default_factory=list)  # join: token count of each right row
+    stem: int = 0  # opening tokens that every question (or partner) shares: chain mode computes them once
+
+
+class Layout(Protocol):
+    """The prompt layout's token counts a kind's prediction reads (ops/prompts.PromptLayout)."""
+
+    def yes_no_question(self, question: str) -> list[int]: ...
+    def label_question(self, question: str, labels: list[str]) -> list[int]: ...
+    def label(self, label: str) -> list[int]: ...
+    def pair_question(self, condition: str, name: str) -> list[int]: ...
+    def partners(self, texts: list[str], name: str) -> list[list[int]]: ...
 
 
 class OperatorKind:
@@ -68,48 +78,21 @@ class OperatorKind:
         if spec.cascade is not None:
             raise QuailError(f"{where}: a cascade is for a filter (its unsure rows go to a larger model)")
 
-    # running it
-    def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
-                retain: "Retain | None", truncate: bool, progress) -> tuple["pa.Table", "Stats"]:
-        """The answers, one row per answered input row (keyed by `row`, or `left_row`/`right_row`)."""
-        raise NotImplementedError
-
-    def shape(self, spec: OperatorSpec, answers: "pa.Table", tables: list["pa.Table"],
-              source: str) -> "pa.Table":
-        """The output table from the input tables and the answers."""
-        raise NotImplementedError
-
+    # predicting it
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:
         """Whether a document is asked more than one prompt: chain mode then has work to save."""
         return True
 
-    def in_window(self, answers: "pa.Table", offset: int) -> "pa.Table":
-        """Answers keyed by row number within the window that starts at row `offset` of the table."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        i = answers.schema.get_field_index(self.anchor)
-        return answers.set_column(i, self.anchor, pc.subtract(answers.column(i), pa.scalar(offset, pa.int64())))
-
-    def counted_rows(self, answers: "pa.Table") -> int:
-        """The rows of these answers that count toward a row limit."""
-        return answers.num_rows
-
-    def observed(self, spec: OperatorSpec, answers: "pa.Table") -> tuple[int, int] | None:
-        """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""
-        return None
-
-    # predicting it
-    def tokens(self, layout: "PromptLayout", spec: OperatorSpec, docs: list[list[int]],
-               partners: list[str]) -> "OperatorTokens":
+    def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
+               partners: list[str]) -> OperatorTokens:
         raise NotImplementedError
 
-    def document_room(self, t: "OperatorTokens", context: int) -> int:
+    def document_room(self, t: OperatorTokens, context: int) -> int:
         """The most tokens a document keeps under --truncate: the context less what follows it in
         its longest prompt (as Session cuts them)."""
         return context - max(t.questions)
 
-    def prompts(self, t: "OperatorTokens", selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
+    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
         """Per document: (probability it is asked, tokens beyond the document) for each prompt, and
         the tokens every prompt shares after the document (chain mode computes them once)."""
         raise NotImplementedError

@@ -2,7 +2,8 @@
 state (multi-token labels by teacher forcing on top of it)."""
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, calibration_setting, name_setting, texts_setting
+from quail.kinds.base import OperatorKind, OperatorTokens, calibration_setting, name_setting, texts_setting
+from quail.kinds.words import DEFAULT_QUESTION
 from quail.planner.specs import OperatorSpec
 
 
@@ -12,8 +13,6 @@ class Classify(OperatorKind):
     keys = frozenset({"input", "column", "labels", "question", "calibration"})
 
     def from_settings(self, name, body, output):
-        from quail.ops.prompts import DEFAULT_QUESTION
-
         where = f"operator {name!r}"
         question = body.get("question") or DEFAULT_QUESTION
         if not isinstance(question, str):
@@ -30,8 +29,6 @@ class Classify(OperatorKind):
         p.add_argument("--question", help="the question the labels answer")
 
     def from_args(self, args):
-        from quail.ops.prompts import DEFAULT_QUESTION
-
         if len(args.label) < 2:
             raise QuailError("--label: give at least two labels")
         for i, label in enumerate(args.label, 1):
@@ -49,27 +46,7 @@ class Classify(OperatorKind):
         if len(set(spec.labels)) != len(spec.labels) or len(spec.labels) < 2:
             raise QuailError(f"{where}: give at least two distinct labels")
 
-    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
-        import pyarrow as pa
-
-        [(texts, rows)] = inputs
-        labels = list(spec.labels)
-        r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows,
-                                    spec.calibration)
-        columns = {"row": pa.array(rows, pa.int64()), "label": pa.array([labels[i] for i in r.labels], pa.string())}
-        for k, label in enumerate(labels):
-            columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
-        return pa.table(columns), stats
-
-    def shape(self, spec, answers, tables, source):
-        from quail.pipeline.outputs import scatter
-
-        [table] = tables
-        names = ["label"] + [f"p_{label}" for label in spec.labels]
-        return scatter(answers, table.num_rows, names, source, table)
-
     def tokens(self, layout, spec, docs, partners):
-        from quail.planner.predict import OperatorTokens
 
         q = layout.label_question(spec.questions[0], list(spec.labels))
         return OperatorTokens(docs, [len(q)], [len(layout.label(x)) for x in spec.labels])

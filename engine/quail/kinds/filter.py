@@ -4,8 +4,9 @@ of rows that passed the previous one)."""
 import argparse
 
 from quail.errors import QuailError
-from quail.kinds.base import (OperatorKind, calibration_setting, cascade_setting, count_setting, flag_setting,
+from quail.kinds.base import (OperatorKind, OperatorTokens, calibration_setting, cascade_setting, count_setting, flag_setting,
                               name_setting, number_setting, texts_setting)
+from quail.planner.prefix_tree import stem
 from quail.planner.specs import Cascade, OperatorSpec
 
 
@@ -65,64 +66,10 @@ class Filter(OperatorKind):
         if spec.limit is not None and spec.limit < 1:
             raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
 
-    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
-        import pyarrow as pa
-
-        [(texts, rows)] = inputs
-        if spec.cascade is None:
-            r, stats = session.filter(texts, list(spec.questions), spec.threshold, spec.limit, reuse, retain,
-                                      truncate, progress, rows, spec.calibration)
-            calibrated = session.calibrating(spec.calibration)
-        else:  # every row of the window is answered: the output keeps the first `limit` that passed
-            from quail.cascade import cascade_filter
-
-            r, escalated, stats = cascade_filter(session, spec.cascade, texts, list(spec.questions), spec.threshold,
-                                                 reuse, retain, truncate, progress, rows, spec.calibration)
-            calibrated = any(s.calibrating(spec.calibration) for s in (session, session.peer(spec.cascade.model)))
-        columns = {"row": pa.array(rows[: len(r.passed)], pa.int64()), "passed": pa.array(r.passed, pa.bool_())}
-        # p_yes_k per predicate, and p_yes_raw_k, before calibration, where it was on
-        for k in range(len(spec.questions)):
-            columns[f"p_yes_{k + 1}"] = pa.array([p[k] for p in r.p_yes], pa.float64())
-        if spec.cascade is not None:
-            columns["cascaded"] = pa.array(escalated, pa.bool_())  # the larger model answered the row
-        if calibrated:
-            for k in range(len(spec.questions)):
-                columns[f"p_yes_raw_{k + 1}"] = pa.array([p[k] for p in r.raw_p_yes], pa.float64())
-        return pa.table(columns), stats
-
-    def shape(self, spec, answers, tables, source):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from quail.pipeline.outputs import scatter
-
-        [table] = tables
-        passed = pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
-        if not spec.keep_all:
-            return table.take(pa.array(passed, pa.int64()))
-        names = [n for n in answers.column_names if n != "row"]  # as computed: the worker resolved "auto"
-        out = scatter(answers, table.num_rows, names, source, table)
-        if spec.limit is not None and len(passed) == spec.limit:
-            out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one
-        return out
-
     def asks_more_than_once(self, spec):
         return len(spec.questions) > 1
 
-    def counted_rows(self, answers):
-        import pyarrow.compute as pc
-
-        return int(pc.sum(answers.column("passed")).as_py() or 0)
-
-    def observed(self, spec, answers):
-        if spec.limit is not None:  # a limit stops early: what it saw is no sample of the table
-            return None
-        return answers.num_rows, self.counted_rows(answers)
-
     def tokens(self, layout, spec, docs, partners):
-        from quail.planner.predict import OperatorTokens
-        from quail.planner.prefix_tree import stem
-
         questions = [layout.yes_no_question(q) for q in spec.questions]
         return OperatorTokens(docs, [len(q) for q in questions], stem=stem(questions))
 

@@ -3,9 +3,10 @@ row's KV and rewinds past each right row); with top_k, each left row's K best ri
 pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 
 from quail.errors import QuailError
-from quail.kinds.base import (OperatorKind, calibration_setting, count_setting, name_setting, number_setting,
+from quail.kinds.base import (OperatorKind, OperatorTokens, calibration_setting, count_setting, name_setting, number_setting,
                               texts_setting)
-from quail.ops.prompts import ANCHOR, partner_name
+from quail.kinds.words import ANCHOR, partner_name
+from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
 
 
@@ -56,19 +57,6 @@ class Join(OperatorKind):
             threshold=args.threshold, top_k=args.top_k, calibration=args.calibration, right_name=args.right_name,
             output=args.output)
 
-    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
-        import pyarrow as pa
-
-        (ltexts, lrows), (rtexts, rrows) = inputs
-        r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows,
-                                spec.calibration, partner(spec))
-        pairs = [(lrows[i], rrows[j], p, rank) for i, ps in enumerate(r.p_yes)
-                 for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
-        return pa.table({"left_row": pa.array([a for a, _, _, _ in pairs], pa.int64()),
-                         "right_row": pa.array([b for _, b, _, _ in pairs], pa.int64()),
-                         "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
-                         "rank": pa.array([k for _, _, _, k in pairs], pa.int32())}), stats
-
     def validate(self, spec, where):
         super().validate(spec, where)
         name = spec.right_name
@@ -85,21 +73,7 @@ class Join(OperatorKind):
         if spec.top_k is not None and spec.top_k < 1:
             raise QuailError(f"{where}: top_k must be at least 1, got {spec.top_k}")
 
-    def shape(self, spec, answers, tables, source):
-        import pyarrow as pa
-
-        left, right = tables
-        lt, rt = left.take(answers.column("left_row")), right.take(answers.column("right_row"))
-        columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
-        columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
-        columns["p_yes"] = answers.column("p_yes")
-        columns["rank"] = answers.column("rank")
-        return pa.table(columns)
-
     def tokens(self, layout, spec, docs, partners):
-        from quail.planner.predict import OperatorTokens
-        from quail.planner.prefix_tree import stem
-
         name = partner(spec)
         condition = layout.pair_question(spec.questions[0], name)
         rendered = [p + condition for p in layout.partners(partners, name)]
@@ -112,9 +86,3 @@ class Join(OperatorKind):
     def prompts(self, t, selectivity):
         return [(1.0, n_partner + t.questions[0]) for n_partner in t.partners], t.stem
 
-
-def ranked(p_yes: list[float], threshold: float, top_k: int | None) -> list[tuple[int, float]]:
-    """One left row's right rows (index, P(yes)) at or above the threshold, best first, ties in
-    right row order; the first `top_k` of them if given."""
-    kept = sorted(((j, p) for j, p in enumerate(p_yes) if p >= threshold), key=lambda jp: (-jp[1], jp[0]))
-    return kept[:top_k] if top_k is not None else kept

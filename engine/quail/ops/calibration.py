@@ -4,7 +4,6 @@ a placeholder) in the very same prompt measure that lean, per question, and divi
 corrects it. The content-free prompts run on the engine like any others, so calibration is a
 deterministic function of the question and the model, and reuse never changes it."""
 
-CALIBRATIONS = ("auto", "none", "contextual")  # auto: the model's own (model/registry.py)
 CONTENT_FREE = ("N/A", "", "[N/A]")
 
 

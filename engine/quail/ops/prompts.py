@@ -7,27 +7,13 @@ with "Answer:", "Answer Yes or No." scored 1.00 on the sport filter where "Answe
 """
 
 import functools
-import re
 from dataclasses import dataclass
 
 from quail.errors import QuailError
+from quail.kinds.words import ANCHOR, SECOND
 from quail.model.tokenizer import Tokenizer
 
 SYSTEM = "You answer questions about documents. Reply with one word."
-DEFAULT_QUESTION = "Which category does the document belong to?"  # classify without a question
-ANCHOR = "document"  # what a prompt calls its document, a join's left row included: its KV is shared
-SECOND = "second document"  # a join's right row, when nothing better names it
-
-
-def partner_name(column: str | None) -> str:
-    """What a join's prompt calls its right rows when the DAG names nothing: the right column's name
-    in words ("short_description" or "shortDescription": "short description"), or "second document"
-    where that would read as the left row's own label."""
-    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", column or "")
-    words = " ".join(re.findall(r"[A-Za-z0-9]+", words)).lower()
-    return words if words and words != ANCHOR else SECOND
-
-
 @dataclass(frozen=True)
 class AnswerTokens:
     yes: list[int]

@@ -11,6 +11,7 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.predict import Prediction, predict_calibration, predict_fresh, predict_operator
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Retain, Reuse
+from quail.runtime import runtime_of
 from quail.session import Session
 
 
@@ -28,7 +29,7 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
     """inputs: per input, its texts and their row numbers. Returns the answers and the accounting."""
     reuse = Reuse(op.chain_mode and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
                   reuse.borrowing)
-    return kind_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
+    return runtime_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
 
 
 def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partners: list[str], truncate: bool):

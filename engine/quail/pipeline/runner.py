@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from quail.atomic import check_writable, same_file, write_text_atomically
@@ -19,11 +19,13 @@ from quail.kinds import kind_of
 from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
+from quail.pipeline.windows import Window, WindowDone, drive
 from quail.pipeline.tables import text_column
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.runtime import runtime_of
 from quail.session import Session
 
 
@@ -126,30 +128,25 @@ class Runner:
                   target: str) -> tuple[int, Stats, Prediction]:
         """The rows written, the accounting, and the predicted share of a cascade's larger model,
         known once each window's answers are."""
-        kind = kind_of(spec.kind)
         first, *others = (self.source(name) for name in spec.inputs)
-        whole = [s.read_all() for s in others]
-        fixed = [text_column(t, c, s.name, self.on_null) for t, s, c in zip(whole, others, spec.columns[1:])]
         bar = progress(first.num_rows(), spec.name)
-        stats, counted, seen, escalated = None, 0, None, Prediction()
+        seen = [0, 0]  # rows asked, rows passed: a filter's observed selectivity
+
+        def step(window: Window) -> WindowDone:
+            answers, stats = compute(session, window.spec, plan[spec.name], reuse, window.inputs, self.truncate, bar)
+            escalated = predict_escalated(session, plan, window.spec, answers, window.inputs[0][0], self.truncate)
+            if (observed := runtime_of(spec.kind).observed(window.spec, answers)) is not None:
+                seen[0], seen[1] = seen[0] + observed[0], seen[1] + observed[1]
+            table, counted = window.shaped(answers, first.name)
+            sink.write(table)
+            return WindowDone(table.num_rows, counted, stats, escalated)
+
         with OutputSink(target) as sink:
-            for offset, window in first.windows(self.window_rows):
-                texts, rows = text_column(window, spec.columns[0], first.name, self.on_null, offset)
-                part = spec if spec.limit is None else replace(spec, limit=spec.limit - counted)
-                answers, s = compute(session, part, plan[spec.name], reuse, [(texts, rows)] + fixed, self.truncate, bar)
-                s.rows_skipped = window.num_rows - len(texts)
-                stats = s if stats is None else stats.merge(s)
-                escalated.add(predict_escalated(session, plan, part, answers, texts, self.truncate))
-                if (observed := kind.observed(part, answers)) is not None:
-                    seen = observed if seen is None else (seen[0] + observed[0], seen[1] + observed[1])
-                sink.write(kind.shape(part, kind.in_window(answers, offset), [window] + whole, first.name))
-                counted += kind.counted_rows(answers)
-                if spec.limit is not None and counted >= spec.limit:
-                    break
-        stats.rows_skipped += sum(t.num_rows - len(x) for t, (x, _) in zip(whole, fixed))
-        if seen is not None:
+            done = drive(spec, first.windows(self.window_rows), first.name,
+                         [(s.read_all(), s.name) for s in others], step, self.on_null)
+        if seen[0]:
             SelectivityStore().record(spec.fingerprint(), *seen)
-        return sink.rows, stats, escalated
+        return sink.rows, done.stats, done.predicted
 
 
 def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> None:

@@ -9,26 +9,19 @@ read by the consumers that follow it.
 
 from dataclasses import dataclass, field
 
+from quail.constants import MECHANISMS
 from quail.kinds import kind_of
+from quail.kinds.base import OperatorTokens
 from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.prefix_tree import PrefixTree
 from quail.planner.retention import lineages
-
-
-@dataclass(frozen=True)
-class OperatorTokens:
-    docs: list[list[int]]  # the operator's documents, one per row of its source table
-    questions: list[int]  # token counts: the predicates, the question, or the join condition
-    labels: list[int] = field(default_factory=list)  # classify: token count of each label
-    partners: list[int] = field(default_factory=list)  # join: token count of each right row
-    stem: int = 0  # opening tokens that every question (or partner) shares: chain mode computes them once
 
 
 @dataclass
 class Prediction:
     tokens_naive: float = 0.0
     tokens_computed: float = 0.0
-    tokens_reused: dict[str, float] = field(default_factory=lambda: {"rewind": 0.0, "prefix": 0.0, "retention": 0.0})
+    tokens_reused: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MECHANISMS, 0.0))
 
     def add(self, other: "Prediction") -> None:
         self.tokens_naive += other.tokens_naive

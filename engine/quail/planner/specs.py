@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 @dataclass(frozen=True)
 class Cascade:
     """A filter's second, larger model: the first model answers the rows whose P(yes) lies outside
-    [low, high]; `model` answers the rest (planner/cascade.py chooses the band)."""
+    [low, high]; `model` answers the rest (planner/band.py chooses the band)."""
 
     model: str
     low: float

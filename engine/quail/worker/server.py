@@ -26,6 +26,7 @@ import pyarrow.flight as flight
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.kinds import KINDS
+from quail.runtime import runtime_of
 from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.planner.predict import Prediction
 from quail.session import Session
@@ -250,7 +251,7 @@ class Worker(flight.FlightServerBase):
             answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
                                      scope=sub.identity.scope)
             job.predicted = self._predict(sub, job.docs, job.inputs, answers).rounded()
-            if (seen := KINDS[job.spec.kind].observed(job.spec, answers)) is not None:
+            if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)
             job.answers, job.stats, job.state = answers, stats.to_dict(), "done"

@@ -1,10 +1,10 @@
 """A filter cascade: the session's model answers every row; the rows where a P(yes) it computed
 lies inside the band go to a larger model in the same process, whose answers replace its own
-(planner/cascade.py chooses the band). Each model's tokens are reported apart (Stats.by_model)."""
+(planner/band.py chooses the band). Each model's tokens are reported apart (Stats.by_model)."""
 
 from quail.executor.stats import Stats
 from quail.ops.filter import FilterResult
-from quail.planner.cascade import decides
+from quail.planner.band import decides
 from quail.planner.specs import Cascade
 from quail.reuse import Retain
 from quail.session import Session

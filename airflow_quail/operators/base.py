@@ -1,0 +1,247 @@
+"""The base of the LLM operators. Each reads its first input a window of rows at a time
+(quail.pipeline.windows drives the windows), sends each window's documents and its plan entry to
+the worker as one job, stages the window's output on disk, and once every window is in writes its
+output atomically from the staged windows; a retry after a crash resumes from the first window not
+staged. XCom gets only a small manifest: where the output is, row counts and the token accounting."""
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from airflow.configuration import conf
+from airflow.exceptions import AirflowException
+from airflow.sdk import BaseOperator
+
+from airflow_quail.hooks.quail import QuailHook
+from airflow_quail.io import check_target, iter_source, read_source, source_rows, write_target
+from airflow_quail.lineage import operator_lineage
+from airflow_quail.planning import dag_plan
+from airflow_quail.staging import WindowStage
+from quail.errors import QuailError
+from quail.executor.stats import Stats
+from quail.pipeline.explain import describe_run
+from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
+from quail.pipeline.windows import OperatorDone, Window, WindowDone, check_window_rows, drive
+from quail.planner.plan import OperatorPlan, Plan, plan
+from quail.planner.predict import Prediction
+from quail.planner.specs import OperatorSpec
+from quail.reuse import Reuse
+from quail.worker.client import WorkerClient
+from quail.worker.jobs import Identity, Submission
+from quail.worker.jobs import Window as JobWindow
+from quail.worker.protocol import documents_digest, submission_digest
+
+EVENT_KEYS = frozenset({"job", "state", "documents", "stats", "predicted", "error"})  # a job's status
+
+
+@dataclass
+class _TaskRun:
+    """What one try of a task works with."""
+
+    identity: Identity
+    stage: WindowStage
+    client: WorkerClient
+    plan: Plan  # the DAG's plan (or the operator's alone), for the predicted accounting
+    op: OperatorPlan
+    reuse: Reuse
+    total_rows: int | None  # None: not known before reading it all
+
+
+class BaseLLMOperator(BaseOperator):
+    """What the three operators share: a window driver over the first input, each window a job on
+    the worker, staged on disk until the output is written.
+
+    :param target: where the output goes: a .parquet path or URI, or sql://CONN_ID/TABLE (templated)
+    :param quail_conn_id: the `quail` connection naming the worker; with no host, or no
+        quail_default connection, a local worker started on demand
+    :param reuse: KV reuse on (rewind, prefix sharing, retention, borrowing); off computes every
+        prompt from scratch, for checks. Answers do not depend on it.
+    :param deferrable: wait for each window's job in the triggerer instead of a worker slot; by
+        default `[operators] default_deferrable`
+    :param quail_plan: the operator's plan entry, set by the provider's planning policy (templated)
+    :param window_rows: rows of the first input read, computed and staged at a time
+    :param calibration: "contextual" divides out each question's answer on content-free documents
+        (Zhao et al., 2021); "none" keeps the model's raw probabilities; "auto", the default, is the
+        one measured best for the worker's model (contextual for qwen2.5-coder-1.5b)
+
+    The target is an outlet Asset and the inputs inlets (airflow_quail.lineage.asset_uri) unless
+    `outlets`/`inlets` are given.
+    """
+
+    ui_color = "#f2e6c9"
+
+    def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, calibration: str = "auto",
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.target = target
+        self.deferrable = deferrable
+        self.quail_conn_id = quail_conn_id
+        self.reuse = reuse
+        self.quail_plan = quail_plan  # set by airflow_quail.planning.plan_quail_dag (the policy); shown in the UI
+        self.window_rows = window_rows
+        self.calibration = calibration
+
+    def inputs(self) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    def sources(self) -> list[str]:
+        return [source for source, _ in self.inputs()]
+
+    def _declare_assets(self, given: dict) -> None:
+        """The target as an outlet Asset and the inputs as inlets, named as OpenLineage names them,
+        unless the DAG passes its own `outlets`/`inlets`; a templated path (known only at run time)
+        or a SQL query has none."""
+        from airflow.sdk import Asset
+
+        from airflow_quail.lineage import asset_uri
+
+        if "outlets" not in given and (uri := asset_uri(self.target)):
+            self.outlets = [Asset(uri)]
+        if "inlets" not in given:
+            self.inlets = [Asset(uri) for uri in map(asset_uri, self.sources()) if uri]
+
+    def spec(self) -> OperatorSpec:
+        raise NotImplementedError
+
+    def plan_entry(self) -> tuple[Plan, OperatorPlan]:
+        """The DAG's plan (or the operator's alone, outside a DAG) and the operator's entry: the one
+        the policy (or plan_quail_dag) stored, else the plan's."""
+        whole = dag_plan(self.dag) if self.has_dag() else None
+        if whole is None or self.task_id not in {s.name for s in whole.specs}:
+            whole = plan([self.spec()])  # outside a DAG, or mapped over something it cannot plan with
+        if self.quail_plan:
+            return whole, OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
+        return whole, whole[self.task_id]
+
+    def execute(self, context):
+        return self._run(context, None)
+
+    def execute_complete(self, context, event: dict, window: int = 0):
+        """Resumes after the trigger saw window `window`'s job end: stages it and goes on."""
+        if not (isinstance(event, dict) and EVENT_KEYS <= set(event) and isinstance(window, int)):
+            raise AirflowException(f"task {self.task_id!r}: the trigger's event is not a Quail job's end: {event!r}")
+        return self._run(context, (window, event))
+
+    def _run(self, context, ended: tuple[int, dict] | None) -> dict:
+        """Computes the windows not staged yet, one job each, then writes the output from the staged
+        windows. `ended`: a window whose job a trigger saw end, with its status."""
+        try:
+            check_window_rows(self.window_rows, "window_rows")
+            where = check_target(self.target, self.sources())  # before any work
+            run = self._task_run(context, where, ended)
+            (source, _), *others = self.inputs()
+            started, staged = time.monotonic(), []
+
+            def step(window: Window) -> WindowDone:
+                record = self._window(run, window, ended)
+                staged.append((window.k, record["digest"]))
+                return WindowDone(record["rows"], record["counted"], Stats.from_dict(record["stats"]),
+                                  Prediction.from_dict(record["predicted"]))
+
+            done = drive(self.spec(), iter_source(source, self.window_rows), source,
+                         [(read_source(s), s) for s, _ in others], step,
+                         after=lambda w, d, total: self._log_window(total, run.total_rows, started))
+            write_target(run.stage.tables(staged), self.target)
+            run.stage.clear()
+        except QuailError as e:
+            raise AirflowException(str(e)) from None
+        self.rows_out = done.rows_out
+        # the CLI's closing summary, in the task log where Airflow users look
+        self.log.info("%s", describe_run(self.task_id, done.stats, done.predicted, done.rows_out, done.rows_in,
+                                         self.target))
+        return {"target": self.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,
+                "worker": run.client.location, "stats": done.stats.to_dict(), "predicted": done.predicted.rounded(),
+                # plain JSON (tuples as lists), so that XCom stores no serialized Python types
+                "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
+
+    def _task_run(self, context, where, ended: tuple[int, dict] | None) -> "_TaskRun":
+        ti = context["ti"]
+        identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
+        hook = QuailHook(self.quail_conn_id)
+        # a window a trigger saw end is fetched from the worker that ran it; else the run's worker
+        client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
+            hook.get_conn(run=f"{ti.dag_id}\x1f{ti.run_id}")
+        return _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
+                        client, *self.plan_entry(), Reuse() if self.reuse else Reuse.none(),
+                        source_rows(self.sources()[0]))
+
+    def _window(self, run: "_TaskRun", window: Window, ended: tuple[int, dict] | None) -> dict:
+        """Window k's record: staged by an earlier try, or the job a trigger saw end, or computed now."""
+        documents = documents_digest(window.inputs)
+        digest = submission_digest(Submission(run.identity, window.spec, run.op, run.reuse, plan=run.plan), documents)
+        record = run.stage.done(window.k, digest)
+        if record is not None:
+            self.log.info("window %d (rows from %d) was staged by an earlier try", window.k, window.offset)
+            return record | {"digest": digest}
+        if ended is not None and ended[0] == window.k:
+            if ended[1]["documents"] != documents:
+                raise QuailError(f"the input of {self.task_id} changed while its job ran; clear the task "
+                                 f"to compute the new input")
+            status = ended[1]
+        else:
+            status = self._compute(run, window)
+        return self._stage(run, status, window, digest) | {"digest": digest}
+
+    def _compute(self, run: "_TaskRun", window: Window) -> dict:
+        """The window's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""
+        job, attached = run.client.submit(replace(run.identity, window=window.k), window.spec, run.op, run.reuse,
+                                          window.inputs, JobWindow(window.offset, run.total_rows, window.last),
+                                          run.plan)
+        self.job_id, self.worker_location = job, run.client.location
+        self.log.info("Quail job %s %s for window %d (rows from %d)", job, "re-attached" if attached else "submitted",
+                      window.k, window.offset)
+        if self.deferrable:
+            from airflow_quail.triggers.quail import QuailJobTrigger
+
+            self.defer(trigger=QuailJobTrigger(job, self.quail_conn_id, location=run.client.location),
+                       method_name="execute_complete",
+                       kwargs={"window": window.k})
+        return run.client.wait(job, on_progress=self._progress_log())
+
+    def _stage(self, run: "_TaskRun", status: dict, window: Window, digest: str) -> dict:
+        if status["state"] != "done":
+            raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
+        table, counted = window.shaped(run.client.fetch(status["job"]), self.sources()[0])
+        record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],
+                  "predicted": status["predicted"]}
+        run.stage.put(window.k, digest, table, record)
+        return record
+
+    def _log_window(self, total: OperatorDone, rows: int | None, started: float) -> None:
+        if rows:
+            elapsed = time.monotonic() - started
+            eta = elapsed / total.rows_in * (rows - total.rows_in) if total.rows_in else 0.0
+            self.log.info("%d of %d rows (%.0f%%), %d window(s); about %.0f s left", total.rows_in, rows,
+                          100 * total.rows_in / rows, total.windows, eta)
+        else:
+            self.log.info("%d rows, %d window(s)", total.rows_in, total.windows)
+
+    def _progress_log(self, every: float = 5.0):
+        """Logs a job's progress when its state changes, and otherwise at most every `every` seconds."""
+        last = {"state": None, "at": 0.0}
+
+        def log(s: dict) -> None:
+            now = time.monotonic()
+            if s["state"] != last["state"] or now - last["at"] >= every:
+                self.log.info("%s: %d/%d rows, %.0f tok/s", s["state"], s["rows_done"], s["rows"],
+                              s["tokens_per_second"])
+                last.update(state=s["state"], at=now)
+
+        return log
+
+    def get_openlineage_facets_on_start(self):
+        return operator_lineage(self.sources(), self.target)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return operator_lineage(self.sources(), self.target, getattr(self, "rows_out", None))
+
+    def on_kill(self) -> None:
+        """Cancels the job (Airflow stopped the task: a timeout, or marked failed or success). A
+        running job stops after its rows in flight; a retry then computes it anew. A task process
+        that dies without this call leaves its job to finish, and the retry re-attaches to it."""
+        job = getattr(self, "job_id", None)
+        if job:
+            QuailHook(self.quail_conn_id).client_at(self.worker_location).cancel(job)

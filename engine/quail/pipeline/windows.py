@@ -1,0 +1,93 @@
+"""One operator over its first input, a window of rows at a time: the loop that `quail pipeline`
+and the Airflow operator both drive. The driver reads each window's documents, keeps a row limit's
+count across windows, stops once it is met, and adds up the accounting; a front end's step computes
+one window (in this process, or as a worker's job) and keeps its output (a temporary file, or a
+staged window). The other inputs (a join's right side) are read whole."""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from quail.errors import QuailError
+from quail.executor.stats import Stats
+from quail.pipeline.tables import text_column
+from quail.planner.predict import Prediction
+from quail.planner.specs import OperatorSpec
+from quail.runtime import runtime_of
+
+
+@dataclass(frozen=True)
+class Window:
+    """Window `k` of the first input, whose first row is row `offset` of the table."""
+
+    k: int
+    offset: int
+    last: bool
+    spec: OperatorSpec  # the operator's spec, its limit less the rows already counted
+    tables: list[pa.Table]  # this window of the first input, then the other inputs whole
+    inputs: list[tuple[list[str], list[int]]]  # per input: its texts and their row numbers
+
+    def shaped(self, answers: pa.Table, source: str) -> tuple[pa.Table, int]:
+        """The window's output rows from its answers, and how many of them count toward a limit."""
+        run = runtime_of(self.spec.kind)
+        return run.shape(self.spec, run.in_window(answers, self.offset), self.tables, source), run.counted_rows(answers)
+
+
+@dataclass
+class WindowDone:
+    """What a step reports of one window."""
+
+    rows_out: int
+    counted: int  # rows toward a row limit
+    stats: Stats
+    predicted: Prediction
+
+
+@dataclass
+class OperatorDone:
+    """One operator's windows added up."""
+
+    windows: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    stats: Stats | None = None  # the first window's, with the others merged in (it knows the arena's size)
+    predicted: Prediction = field(default_factory=Prediction)
+
+    def add(self, rows_in: int, done: WindowDone) -> None:
+        self.windows += 1
+        self.rows_in += rows_in
+        self.rows_out += done.rows_out
+        self.stats = done.stats if self.stats is None else self.stats.merge(done.stats)
+        self.predicted.add(done.predicted)
+
+
+def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: str,
+          others: list[tuple[pa.Table, str]], step: Callable[[Window], WindowDone], on_null: str = "fail",
+          after: Callable[[Window, WindowDone, OperatorDone], None] = lambda *_: None) -> OperatorDone:
+    """Runs `step` on each window of the first input (`windows`, read from `source`) in order, with
+    `others` (table, name) read whole; `after` sees each window once it is done."""
+    fixed = [text_column(t, c, name, on_null) for (t, name), c in zip(others, spec.columns[1:])]
+    total, counted = OperatorDone(), 0
+    ahead, k = next(windows), 0
+    while ahead is not None:
+        (offset, table), ahead = ahead, next(windows, None)
+        part = spec if spec.limit is None else replace(spec, limit=spec.limit - counted)
+        inputs = [text_column(table, spec.columns[0], source, on_null, offset)] + fixed
+        window = Window(k, offset, ahead is None, part, [table] + [t for t, _ in others], inputs)
+        done = step(window)
+        done.stats.rows_skipped += table.num_rows - len(inputs[0][0])
+        total.add(table.num_rows, done)
+        after(window, done, total)
+        counted += done.counted
+        if spec.limit is not None and counted >= spec.limit:
+            break
+        k += 1
+    total.stats.rows_skipped += sum(t.num_rows - len(x) for (t, _), (x, _) in zip(others, fixed))
+    return total
+
+
+def check_window_rows(rows: int, what: str = "--window-rows") -> int:
+    if not 1 <= rows <= 2**31 - 1:
+        raise QuailError(f"{what} must be between 1 and {2**31 - 1}, got {rows}")
+    return rows

@@ -1,0 +1,46 @@
+"""What every operator kind does at run time, above the session: compute a window's answers, and
+shape them into output rows. Answers are keyed by input row number (`row`, or a join's
+`left_row`/`right_row`), which is what the worker sends back; shaping needs the input tables and
+happens where they are."""
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quail.kinds.base import OperatorKind
+from quail.planner.specs import OperatorSpec
+
+if TYPE_CHECKING:
+    from quail.executor.stats import Stats
+    from quail.reuse import Retain, Reuse
+    from quail.session import Session
+
+Inputs = list[tuple[list[str], list[int]]]  # per input: its texts and their row numbers
+
+
+class KindRuntime:
+    kind: OperatorKind  # the traits it runs
+
+    def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
+                retain: "Retain | None", truncate: bool, progress) -> tuple[pa.Table, "Stats"]:
+        """The answers, one row per answered input row (keyed by `row`, or `left_row`/`right_row`)."""
+        raise NotImplementedError
+
+    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+        """The output table from the input tables and the answers."""
+        raise NotImplementedError
+
+    def in_window(self, answers: pa.Table, offset: int) -> pa.Table:
+        """Answers keyed by row number within the window that starts at row `offset` of the table."""
+        anchor = self.kind.anchor
+        i = answers.schema.get_field_index(anchor)
+        return answers.set_column(i, anchor, pc.subtract(answers.column(i), pa.scalar(offset, pa.int64())))
+
+    def counted_rows(self, answers: pa.Table) -> int:
+        """The rows of these answers that count toward a row limit."""
+        return answers.num_rows
+
+    def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
+        """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""
+        return None

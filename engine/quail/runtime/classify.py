@@ -1,0 +1,26 @@
+"""A classify at run time: each label's probability per row, and the best label."""
+
+import pyarrow as pa
+
+from quail.kinds.classify import Classify
+from quail.runtime.base import KindRuntime
+from quail.runtime.outputs import scatter
+
+
+class ClassifyRuntime(KindRuntime):
+    kind = Classify()
+
+    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+        [(texts, rows)] = inputs
+        labels = list(spec.labels)
+        r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows,
+                                    spec.calibration)
+        columns = {"row": pa.array(rows, pa.int64()), "label": pa.array([labels[i] for i in r.labels], pa.string())}
+        for k, label in enumerate(labels):
+            columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
+        return pa.table(columns), stats
+
+    def shape(self, spec, answers, tables, source):
+        [table] = tables
+        names = ["label"] + [f"p_{label}" for label in spec.labels]
+        return scatter(answers, table.num_rows, names, source, table)

@@ -1,0 +1,55 @@
+"""A filter at run time: every predicate's P(yes) per row, and the rows that passed (or all of them,
+with `passed` and `p_yes_k`, under keep_all)."""
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quail.kinds.filter import Filter
+from quail.runtime.base import KindRuntime
+from quail.runtime.outputs import scatter
+
+
+class FilterRuntime(KindRuntime):
+    kind = Filter()
+
+    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+        [(texts, rows)] = inputs
+        if spec.cascade is None:
+            r, stats = session.filter(texts, list(spec.questions), spec.threshold, spec.limit, reuse, retain,
+                                      truncate, progress, rows, spec.calibration)
+            calibrated = session.calibrating(spec.calibration)
+        else:  # every row of the window is answered: the output keeps the first `limit` that passed
+            from quail.runtime.cascade import cascade_filter
+
+            r, escalated, stats = cascade_filter(session, spec.cascade, texts, list(spec.questions), spec.threshold,
+                                                 reuse, retain, truncate, progress, rows, spec.calibration)
+            calibrated = any(s.calibrating(spec.calibration) for s in (session, session.peer(spec.cascade.model)))
+        columns = {"row": pa.array(rows[: len(r.passed)], pa.int64()), "passed": pa.array(r.passed, pa.bool_())}
+        # p_yes_k per predicate, and p_yes_raw_k, before calibration, where it was on
+        for k in range(len(spec.questions)):
+            columns[f"p_yes_{k + 1}"] = pa.array([p[k] for p in r.p_yes], pa.float64())
+        if spec.cascade is not None:
+            columns["cascaded"] = pa.array(escalated, pa.bool_())  # the larger model answered the row
+        if calibrated:
+            for k in range(len(spec.questions)):
+                columns[f"p_yes_raw_{k + 1}"] = pa.array([p[k] for p in r.raw_p_yes], pa.float64())
+        return pa.table(columns), stats
+
+    def shape(self, spec, answers, tables, source):
+        [table] = tables
+        passed = pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
+        if not spec.keep_all:
+            return table.take(pa.array(passed, pa.int64()))
+        names = [n for n in answers.column_names if n != "row"]  # as computed: the worker resolved "auto"
+        out = scatter(answers, table.num_rows, names, source, table)
+        if spec.limit is not None and len(passed) == spec.limit:
+            out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one
+        return out
+
+    def counted_rows(self, answers):
+        return int(pc.sum(answers.column("passed")).as_py() or 0)
+
+    def observed(self, spec, answers):
+        if spec.limit is not None:  # a limit stops early: what it saw is no sample of the table
+            return None
+        return answers.num_rows, self.counted_rows(answers)

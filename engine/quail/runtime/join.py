@@ -1,0 +1,38 @@
+"""A join at run time: each pair's P(yes), the pairs at or above the threshold (each left row's
+best `top_k` of them, if given), ranked within their left row."""
+
+import pyarrow as pa
+
+from quail.kinds.join import Join, partner
+from quail.runtime.base import KindRuntime
+
+
+class JoinRuntime(KindRuntime):
+    kind = Join()
+
+    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+        (ltexts, lrows), (rtexts, rrows) = inputs
+        r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows,
+                                spec.calibration, partner(spec))
+        pairs = [(lrows[i], rrows[j], p, rank) for i, ps in enumerate(r.p_yes)
+                 for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
+        return pa.table({"left_row": pa.array([a for a, _, _, _ in pairs], pa.int64()),
+                         "right_row": pa.array([b for _, b, _, _ in pairs], pa.int64()),
+                         "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
+                         "rank": pa.array([k for _, _, _, k in pairs], pa.int32())}), stats
+
+    def shape(self, spec, answers, tables, source):
+        left, right = tables
+        lt, rt = left.take(answers.column("left_row")), right.take(answers.column("right_row"))
+        columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
+        columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
+        columns["p_yes"] = answers.column("p_yes")
+        columns["rank"] = answers.column("rank")
+        return pa.table(columns)
+
+
+def ranked(p_yes: list[float], threshold: float, top_k: int | None) -> list[tuple[int, float]]:
+    """One left row's right rows (index, P(yes)) at or above the threshold, best first, ties in
+    right row order; the first `top_k` of them if given."""
+    kept = sorted(((j, p) for j, p in enumerate(p_yes) if p >= threshold), key=lambda jp: (-jp[1], jp[0]))
+    return kept[:top_k] if top_k is not None else kept

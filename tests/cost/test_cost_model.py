@@ -1,7 +1,7 @@
 """The cost model is measured, fitted and cached per device and model."""
 
 from quail.cost.model import CostModel, Sample
-from quail.executor import calibration
+from quail.executor import timing
 from quail.executor.timing import calibrated
 
 
@@ -32,5 +32,5 @@ def test_calibration_is_measured_once_and_cached(tiny_llama, tmp_path, monkeypat
     def measure_again(*_):
         raise AssertionError("the cached calibration was measured again")
 
-    monkeypatch.setattr(calibration, "measure", measure_again)
+    monkeypatch.setattr(timing, "measure", measure_again)
     assert calibrated(tiny_llama, 256) == first

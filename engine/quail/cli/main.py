@@ -3,6 +3,7 @@ pipeline of several operators in one engine session; manage models."""
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -16,24 +17,54 @@ from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, install
 from quail.kinds.base import CALIBRATIONS
 from quail.pipeline.config import Pipeline, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
+from quail.worker.locations import tcp_location, unix_location
 from quail.worker.tokens import new_token, read_token, token_from_file
 
 
-def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
-    if single:
-        p.add_argument("--output", help="output Parquet file (written atomically); required unless --explain")
-        p.add_argument("--stats", help="write the token accounting to this JSON file")
-        p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
-        p.add_argument("--explain", action="store_true", help="print the plan and predicted accounting; run nothing")
-        p.add_argument("--calibration", choices=CALIBRATIONS, default="auto",
-                       help="contextual: divide out each question's answer on content-free documents; auto (the "
-                            "default): the one measured best for the model (contextual for qwen2.5-coder-1.5b)")
-    else:
-        p.add_argument("--model", help="overrides the pipeline's model")
+class _Parser(argparse.ArgumentParser):
+    """Errors read as Quail's own: `quail: error: --threads must be at least 1, got 0`."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        message = re.sub(r"^argument ([^:]+): ", r"\1 ", message)
+        self.exit(2, f"quail: error: {message}\n")
+
+
+def at_least(low: int, high: int = 2**31 - 1):
+    """An argparse type: a whole number within [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}" if value < low else
+                                             f"must be at most {high}, got {value}")
+        return value
+    return parse
+
+
+def _device_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="auto: bfloat16 on a GPU or an AMX CPU, float32 on other CPUs (faster there)")
-    _device_options(p)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--arena-pages", type=at_least(1),
+                   help="KV arena size in 16-token pages (default: sized from the device's memory on a GPU, "
+                        "1 GiB of KV on a CPU)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
+                   help="the share of the device's free memory after the weights that the arena and one "
+                        "pass's activations may take")
+    p.add_argument("--max-batch-tokens", type=at_least(16),
+                   help=f"most tokens in one forward pass (default: {DEFAULT_MAX_BATCH_TOKENS:,} on a CPU, "
+                        f"{DEFAULT_CUDA_MAX_BATCH_TOKENS:,} on CUDA)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: all cores)")
+    return p
+
+
+def _run_options() -> argparse.ArgumentParser:
+    """What every command that computes operators takes: reuse switches, inputs and windows."""
+    p = argparse.ArgumentParser(add_help=False, parents=[_device_options()])
     p.add_argument("--no-reuse", action="store_true", help="compute every prompt from scratch (for checks)")
     p.add_argument("--no-rewind", action="store_true", help="switch chain mode (KV rewind) off")
     p.add_argument("--no-prefix-sharing", action="store_true", help="switch prefix sharing off")
@@ -41,21 +72,22 @@ def _engine_options(p: argparse.ArgumentParser, single: bool) -> None:
     p.add_argument("--no-borrowing", action="store_true", help="admission never takes retained KV's pages")
     p.add_argument("--on-null", choices=["fail", "skip"], default="fail", help="NULL or empty text")
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
-    p.add_argument("--window-rows", type=int, default=DEFAULT_WINDOW_ROWS,
+    p.add_argument("--window-rows", type=at_least(1), default=DEFAULT_WINDOW_ROWS,
                    help="rows read, computed and written at a time: memory follows this, not the table")
+    return p
 
 
-def _device_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help=DEVICE_HELP)
-    p.add_argument("--arena-pages", type=int,
-                   help="KV arena size in 16-token pages (default: sized from the device's memory on a GPU, "
-                        "1 GiB of KV on a CPU)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
-                   help="the share of the device's free memory after the weights that the arena and one "
-                        "pass's activations may take")
-    p.add_argument("--max-batch-tokens", type=int,
-                   help=f"most tokens in one forward pass (default: {DEFAULT_MAX_BATCH_TOKENS:,} on a CPU, "
-                        f"{DEFAULT_CUDA_MAX_BATCH_TOKENS:,} on CUDA)")
+def _single_options() -> argparse.ArgumentParser:
+    """What a one-operator command (filter, classify, join) adds."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--output", help="output Parquet file (written atomically); required unless --explain")
+    p.add_argument("--stats", help="write the token accounting to this JSON file")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
+    p.add_argument("--explain", action="store_true", help="print the plan and predicted accounting; run nothing")
+    p.add_argument("--calibration", choices=CALIBRATIONS, default="auto",
+                   help="contextual: divide out each question's answer on content-free documents; auto (the "
+                        "default): the one measured best for the model (contextual for qwen2.5-coder-1.5b)")
+    return p
 
 
 def _open_session(model: str, args, say=None):
@@ -66,29 +98,27 @@ def _open_session(model: str, args, say=None):
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="quail", description=__doc__)
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = _Parser(prog="quail", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    device, run, single = _device_options(), _run_options(), _single_options()
 
     for kind in KINDS.values():
-        p = sub.add_parser(kind.name, help=kind.summary)
+        p = sub.add_parser(kind.name, help=kind.summary, parents=[single, run])
         kind.add_arguments(p)
-        _engine_options(p, single=True)
 
     for name, text in (("pipeline", "run the operators of a pipeline file in one engine session"),
                        ("explain", "print a pipeline's plan and predicted token accounting; run nothing")):
-        p = sub.add_parser(name, help=text)
+        p = sub.add_parser(name, help=text, parents=[run])
         p.add_argument("pipeline", help="PIPELINE.yaml")
-        _engine_options(p, single=False)
+        p.add_argument("--model", help="overrides the pipeline's model")
 
-    b = sub.add_parser("band", help="a filter cascade's band, from a labelled sample and a target accuracy")
+    b = sub.add_parser("band", help="a filter cascade's band, from a labelled sample and a target accuracy",
+                       parents=[device])
     band.add_arguments(b)
     b.add_argument("--model", default=DEFAULT_MODEL, help="the model that answers first")
     b.add_argument("--calibration", choices=CALIBRATIONS, default="auto")
-    b.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
-    _device_options(b)
-    b.add_argument("--threads", type=int)
 
-    w = sub.add_parser("worker", help="the long-lived worker that Airflow tasks send jobs to")
+    w = sub.add_parser("worker", help="the long-lived worker that Airflow tasks send jobs to", parents=[device])
     w.add_argument("action", choices=["serve", "status", "stop"],
                    help="stop: the local workers that tasks or the demo started on demand")
     w.add_argument("--model", default=DEFAULT_MODEL)
@@ -102,12 +132,9 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--token-file", help="a file (mode 0600) holding the bearer token clients must send; default: "
                                         "$QUAIL_WORKER_TOKEN, else a random one written beside the socket, or "
                                         "under $QUAIL_HOME/worker for a port, for this user only")
-    w.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
-    _device_options(w)
-    w.add_argument("--threads", type=int)
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
-    w.add_argument("--max-jobs", type=int, default=8, help="jobs computed at once, batched into the same passes")
+    w.add_argument("--max-jobs", type=at_least(1), default=8, help="jobs computed at once, batched into the same passes")
 
     m = sub.add_parser("models", help="list or install the embedded models")
     m.add_argument("action", choices=["list", "pull"])
@@ -118,8 +145,6 @@ def parser() -> argparse.ArgumentParser:
 def _single(args) -> Pipeline:
     """A one-operator pipeline from a filter, classify or join command."""
     tables, spec = KINDS[args.command].from_args(args)
-    if not 0.0 <= spec.threshold <= 1.0:
-        raise QuailError(f"--threshold {spec.threshold} is outside [0, 1]")
     if not args.explain and not args.output:
         raise QuailError("--output is required (or --explain)")
     stats = {spec.name: args.stats} if args.stats else {}
@@ -168,8 +193,6 @@ def _describe_load(location: str, token: str | None) -> str:
 
 
 def _threads(args) -> int:
-    if args.threads is not None and args.threads < 1:
-        raise QuailError(f"--threads must be at least 1, got {args.threads}")
     return args.threads or os.cpu_count() or 1
 
 
@@ -196,7 +219,7 @@ def _worker(args) -> None:
         return
     if args.worker:
         raise QuailError("--worker is for `quail worker status --all`")
-    location = f"grpc+unix://{Path(args.socket).resolve()}" if args.socket else f"grpc://{args.host}:{args.port}"
+    location = unix_location(Path(args.socket).resolve()) if args.socket else tcp_location(args.host, args.port)
     if args.action == "status":
         from quail.worker.client import WorkerClient
 
@@ -215,8 +238,6 @@ def _worker(args) -> None:
 
     from quail.worker.server import Worker, claim_socket
 
-    if args.max_jobs < 1:
-        raise QuailError(f"--max-jobs must be at least 1, got {args.max_jobs}")
     claim_socket(location)  # before the model loads: a live worker's socket is refused at once
     token = _worker_token(args) or new_token(location)
     torch.set_num_threads(_threads(args))
@@ -266,8 +287,6 @@ def run(argv=None) -> int:
                                                       not args.no_retention, not args.no_borrowing)
     plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
                      retention_on=reuse.retention)
-    if args.window_rows < 1:
-        raise QuailError(f"--window-rows must be at least 1, got {args.window_rows}")
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows)
     runner.check_inputs()
     if not explain:

@@ -14,6 +14,7 @@ from pathlib import Path
 from quail.errors import QuailError
 from quail.paths import home
 from quail.worker.client import WorkerClient
+from quail.worker.locations import unix_location
 from quail.worker.tokens import new_token, read_token
 
 
@@ -37,7 +38,7 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     sock = folder / f"{ident}.sock"
-    location = f"grpc+unix://{sock}"
+    location = unix_location(sock)
     with open(folder / f"{ident}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         token = read_token(location)
@@ -91,7 +92,7 @@ class _PhaseReader:
 
 def local_workers() -> list[tuple[str, str]]:
     """The locations and tokens of the local workers that answer now; none is started."""
-    found = [(loc, read_token(loc)) for loc in (f"grpc+unix://{s}" for s in sorted((home() / "worker").glob("*.sock")))]
+    found = [(loc, read_token(loc)) for loc in (unix_location(s) for s in sorted((home() / "worker").glob("*.sock")))]
     return [(location, token) for location, token in found if token and _answers(location, token)]
 
 

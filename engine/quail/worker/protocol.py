@@ -33,14 +33,14 @@ DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.st
 
 def submit_command(submission: Submission) -> bytes:
     sub = submission
-    return json.dumps({"identity": asdict(sub.identity), "spec": sub.spec.to_dict(), "plan": asdict(sub.op),
-                       "reuse": asdict(sub.reuse), "window": asdict(sub.window),
+    return json.dumps({"identity": asdict(sub.identity), "spec": sub.spec.to_dict(),
+                       "operator_plan": asdict(sub.op), "reuse": asdict(sub.reuse), "window": asdict(sub.window),
                        "dag_plan": sub.plan.to_dict() if sub.plan else None}).encode()
 
 
 def _canonical(sub: Submission) -> bytes:
     """What it asks, re-serialized from the parsed objects, so the client's JSON layout never matters."""
-    return json.dumps({"spec": sub.spec.to_dict(), "plan": asdict(sub.op), "reuse": asdict(sub.reuse),
+    return json.dumps({"spec": sub.spec.to_dict(), "operator_plan": asdict(sub.op), "reuse": asdict(sub.reuse),
                        "dag_plan": sub.plan.hash if sub.plan else None}, sort_keys=True).encode()
 
 
@@ -72,7 +72,7 @@ class _Command:
 
     identity: Identity
     spec: OperatorSpec
-    plan: OperatorPlan
+    operator_plan: OperatorPlan  # the operator's entry of dag_plan
     reuse: Reuse
     window: Window = Window()
     dag_plan: Plan | None = None
@@ -96,7 +96,7 @@ def parse_submit(command: bytes) -> Submission:
     w, i = c.window, c.identity
     if w.first_row < 0 or (w.table_rows is not None and w.table_rows < 0) or i.map_index < -1 or i.window < -1:
         raise QuailError(f"a malformed job submission: window {w} or identity {i} holds a negative row or index")
-    submission = Submission(i, c.spec, c.plan, c.reuse, w, c.dag_plan)
+    submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.dag_plan)
     try:
         submission.dag_plan  # the entry must belong to the plan
     except QuailError as e:

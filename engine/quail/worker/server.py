@@ -31,6 +31,7 @@ from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.planner.predict import Prediction
 from quail.session import Session
 from quail.worker.jobs import Job, Submission
+from quail.worker.locations import socket_path
 from quail.worker.protocol import content_digest, documents_digest, parse_submit, split_documents
 
 MAX_ACTION_BYTES = 256  # a job id
@@ -54,9 +55,9 @@ def claim_socket(location: str) -> Path | None:
     """A Unix socket path that no live worker holds. A stale socket of this user's, from a worker
     that died, is removed; anything else at the path (a file, a folder, a link, another user's
     socket) is refused, never removed. gRPC would silently take over a live one's path."""
-    if not location.startswith("grpc+unix://"):
+    path = socket_path(location)
+    if path is None:
         return None
-    path = Path(location.removeprefix("grpc+unix://"))
     try:
         st = path.lstat()
     except FileNotFoundError:

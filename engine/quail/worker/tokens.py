@@ -11,11 +11,12 @@ from pathlib import Path
 
 from quail.errors import QuailError
 from quail.paths import home
+from quail.worker.locations import socket_path
 
 
 def token_path(location: str) -> Path:
-    if location.startswith("grpc+unix://"):
-        return Path(location.removeprefix("grpc+unix://")).with_suffix(".token")
+    if (sock := socket_path(location)) is not None:
+        return sock.with_suffix(".token")
     where = re.sub(r"[^A-Za-z0-9.-]+", "_", location.split("://", 1)[-1])
     return home() / "worker" / f"{where}.token"
 

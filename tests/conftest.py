@@ -75,3 +75,22 @@ def tiny_model_dir(tmp_path_factory):
     scale = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scale)
     return scale.tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+# What a test needs, read from its module: a model loaded (an embedded one, a random one built with
+# transformers, or a worker started, which loads one) or a whole Airflow. `make test-fast` leaves
+# both out; `make test` runs everything.
+_LOADS_A_MODEL = ("smollm2", "tiny_llama", "tiny_model_dir", "tiny_hf_model", "quail_from_hf", "local_default",
+                  "two_workers", "Session.open", "--model")
+_DEPLOYS_AIRFLOW = ("airflow_env", "dags_test", "airflow standalone", "api-server")
+
+
+def pytest_collection_modifyitems(config, items):
+    sources: dict[str, str] = {}
+    for item in items:
+        path = str(item.path)
+        text = sources.setdefault(path, item.path.read_text())
+        if any(word in text for word in _DEPLOYS_AIRFLOW):
+            item.add_marker(pytest.mark.deployment)
+        if any(word in text for word in _LOADS_A_MODEL) or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.model)

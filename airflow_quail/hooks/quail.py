@@ -9,7 +9,6 @@ from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
 from quail.worker.client import WorkerClient, describe_load
 from quail.worker.local import ensure_local_worker
-from quail.worker.locations import tcp_location
 from quail.worker.routing import route
 from quail.worker.tokens import read_token
 
@@ -47,7 +46,7 @@ class QuailHook(BaseHook):
         host, port, token, extra = self._settings()
         workers = list(extra.get("workers") or [])
         if not workers and host:
-            workers = [host if "://" in host else tcp_location(host, port or DEFAULT_PORT)]
+            workers = [host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"]
         return workers, token, extra
 
     def get_conn(self, run: str | None = None) -> WorkerClient:

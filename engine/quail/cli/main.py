@@ -17,7 +17,7 @@ from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, install
 from quail.kinds.base import CALIBRATIONS
 from quail.pipeline.config import Pipeline, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
-from quail.worker.locations import tcp_location, unix_location
+from quail.worker.locations import unix_location
 from quail.worker.tokens import new_token, read_token, token_from_file
 
 
@@ -219,7 +219,7 @@ def _worker(args) -> None:
         return
     if args.worker:
         raise QuailError("--worker is for `quail worker status --all`")
-    location = unix_location(Path(args.socket).resolve()) if args.socket else tcp_location(args.host, args.port)
+    location = unix_location(Path(args.socket).resolve()) if args.socket else f"grpc://{args.host}:{args.port}"
     if args.action == "status":
         from quail.worker.client import WorkerClient
 

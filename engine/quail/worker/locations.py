@@ -18,10 +18,6 @@ def unix_location(path: str | Path) -> str:
                          f"are not allowed); choose another") from None
 
 
-def tcp_location(host: str, port: int) -> str:
-    return flight.Location.for_grpc_tcp(host, port).uri.decode()
-
-
 def socket_path(location: str) -> Path | None:
     """The Unix socket a location names; None for a TCP one."""
     parts = urlsplit(location)

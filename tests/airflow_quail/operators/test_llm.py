@@ -213,3 +213,16 @@ def test_a_filter_takes_a_cascade_and_a_malformed_one_names_the_parameter(tmp_pa
     with pytest.raises(AirflowException, match="task 'sport': cascade 'band' must be two numbers"):
         LLMFilterOperator(task_id="sport", source=NEWS, text_column="text", target=str(tmp_path / "o.parquet"),
                           predicates=["Is this about sport?"], cascade={"model": "x", "band": [0.1]})
+
+
+def test_an_event_that_is_not_a_job_status_is_refused_before_anything_runs(tmp_path):
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    op = LLMFilterOperator(task_id="sport", source=NEWS, text_column="text", target=str(tmp_path / "o.parquet"),
+                           predicates=["Is this about sport?"])
+    for event, window in (({"state": "done"}, 0), (["done"], 0), (None, 0), ({"job": "j", "state": "done",
+                          "documents": "d", "stats": {}, "predicted": {}, "error": None}, "0")):
+        with pytest.raises(AirflowException, match="task 'sport': the trigger's event is not a Quail job's end"):
+            op.execute_complete(_context(1), event, window)
+    assert not (tmp_path / "o.parquet").exists()

@@ -10,7 +10,7 @@ import pytest
 
 from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 
-_spec = importlib.util.spec_from_file_location("quality", Path(__file__).resolve().parents[1] / "bench" / "quality.py")
+_spec = importlib.util.spec_from_file_location("quality", Path(__file__).resolve().parents[2] / "bench" / "quality.py")
 quality = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(quality)
 

@@ -130,7 +130,7 @@ class BaseLLMOperator(BaseOperator):
         windows. `ended`: a window whose job a trigger saw end, with its status."""
         try:
             check_window_rows(self.window_rows, "window_rows")
-            where = check_target(self.target, self.sources())  # before any work
+            where, spec = check_target(self.target, self.sources()), self.spec()  # before any work
             run = self._task_run(context, where, ended)
             (source, _), *others = self.inputs()
             started, staged = time.monotonic(), []
@@ -141,7 +141,7 @@ class BaseLLMOperator(BaseOperator):
                 return WindowDone(record["rows"], record["counted"], Stats.from_dict(record["stats"]),
                                   Prediction.from_dict(record["predicted"]))
 
-            done = drive(self.spec(), iter_source(source, self.window_rows), source,
+            done = drive(spec, iter_source(source, self.window_rows), source,
                          [(read_source(s), s) for s, _ in others], step,
                          after=lambda w, d, total: self._log_window(total, run.total_rows, started))
             write_target(run.stage.tables(staged), self.target)

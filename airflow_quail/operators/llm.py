@@ -7,9 +7,9 @@ from airflow.exceptions import AirflowException
 
 from airflow_quail.operators.base import BaseLLMOperator
 from quail.errors import QuailError
-from quail.kinds.base import cascade_setting
-from quail.kinds.words import DEFAULT_QUESTION
-from quail.planner.specs import OperatorSpec
+from quail.kinds.classify import ClassifySettings
+from quail.kinds.filter import FilterSettings
+from quail.kinds.join import JoinSettings
 
 
 class LLMFilterOperator(BaseLLMOperator):
@@ -35,7 +35,7 @@ class LLMFilterOperator(BaseLLMOperator):
         self.source, self.text_column, self.predicates = source, text_column, predicates
         self.limit, self.threshold = limit, threshold
         try:
-            self.cascade = cascade_setting({"cascade": cascade}, f"task {self.task_id!r}")
+            self.cascade = FilterSettings.check_one("cascade", cascade, f"task {self.task_id!r}")
         except QuailError as e:
             raise AirflowException(str(e)) from None
         self._declare_assets(kwargs)
@@ -44,9 +44,9 @@ class LLMFilterOperator(BaseLLMOperator):
         return [(self.source, self.text_column)]
 
     def spec(self):
-        return OperatorSpec(self.task_id, "filter", (self.source,), (self.text_column,), tuple(self.predicates),
-                            threshold=self.threshold, limit=self.limit, calibration=self.calibration,
-                            cascade=self.cascade, output=self.target)
+        return FilterSettings.parse({"input": self.source, "column": self.text_column, "predicates": self.predicates,
+                                     "threshold": self.threshold, "limit": self.limit, "calibration": self.calibration,
+                                     "cascade": self.cascade}, f"task {self.task_id!r}").spec(self.task_id, self.target)
 
 
 class LLMClassifyOperator(BaseLLMOperator):
@@ -70,9 +70,9 @@ class LLMClassifyOperator(BaseLLMOperator):
         return [(self.source, self.text_column)]
 
     def spec(self):
-        return OperatorSpec(self.task_id, "classify", (self.source,), (self.text_column,),
-                            (self.question or DEFAULT_QUESTION,), tuple(self.labels), calibration=self.calibration,
-                            output=self.target)
+        return ClassifySettings.parse({"input": self.source, "column": self.text_column, "labels": self.labels,
+                                       "question": self.question, "calibration": self.calibration},
+                                      f"task {self.task_id!r}").spec(self.task_id, self.target)
 
 
 class LLMJoinOperator(BaseLLMOperator):
@@ -107,7 +107,9 @@ class LLMJoinOperator(BaseLLMOperator):
         return [(self.left, self.left_column), (self.right, self.right_column)]
 
     def spec(self):
-        return OperatorSpec(self.task_id, "join", (self.left, self.right), (self.left_column, self.right_column),
-                            (self.condition,), threshold=self.threshold, top_k=self.top_k,
-                            right_name=self.right_name, calibration=self.calibration, output=self.target)
+        return JoinSettings.parse({"left": self.left, "right": self.right, "left_column": self.left_column,
+                                   "right_column": self.right_column, "condition": self.condition,
+                                   "right_name": self.right_name, "threshold": self.threshold, "top_k": self.top_k,
+                                   "calibration": self.calibration}, f"task {self.task_id!r}").spec(self.task_id,
+                                                                                                   self.target)
 

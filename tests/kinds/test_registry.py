@@ -10,6 +10,7 @@ from quail.cli.main import parser
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.kinds.base import OperatorKind
+from quail.kinds.settings import Settings
 from quail.planner.plan import plan
 from quail.planner.specs import OperatorSpec
 from quail.runtime import RUNTIMES
@@ -21,9 +22,10 @@ def test_every_kind_is_a_command_with_its_own_arguments_and_a_run_time_class():
     assert set(KINDS) <= set(commands)
     assert set(RUNTIMES) == set(KINDS)
     for name, kind in KINDS.items():
-        overridden = [m for m in ("from_settings", "add_arguments", "from_args", "tokens", "prompts")
+        overridden = [m for m in ("add_arguments", "from_args", "tokens", "prompts")
                       if getattr(type(kind), m) is not getattr(OperatorKind, m)]
-        assert len(overridden) == 5, f"{name} leaves some of the interface to the base class"
+        assert len(overridden) == 4, f"{name} leaves some of the interface to the base class"
+        assert issubclass(kind.settings, Settings) and kind.settings.kind == name
         run = RUNTIMES[name]
         assert type(run.kind) is type(kind)
         assert all(getattr(type(run), m) is not getattr(KindRuntime, m) for m in ("compute", "shape")), name

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from quail.errors import QuailError
-from quail.planner.specs import Cascade, OperatorSpec
+from quail.planner.specs import OperatorSpec
 
 CALIBRATIONS = ("auto", "none", "contextual")  # auto: the model's own (model/registry.py)
 
@@ -38,11 +38,12 @@ class OperatorKind:
     narrows = False  # drops rows (a filter): its selectivity shapes what later operators read
     keeps_rows = True  # its output rows are its input's rows (a join's are new rows: pairs)
     anchor = "row"  # the answers' column of first-input row numbers
-    keys: frozenset[str] = frozenset()  # a pipeline file's settings for it
+    settings: type  # its pydantic settings model (kinds/settings.py), which builds its specs
 
     # the specs: from a pipeline file, from the command line, and their checks
     def from_settings(self, name: str, body: dict, output: str | None) -> OperatorSpec:
-        raise NotImplementedError
+        """A pipeline file's operator: its settings mapping, checked by the settings model."""
+        return self.settings.parse(body, f"operator {name!r}").spec(name, output)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         raise NotImplementedError
@@ -97,66 +98,3 @@ class OperatorKind:
         the tokens every prompt shares after the document (chain mode computes them once)."""
         raise NotImplementedError
 
-
-def texts_setting(body: dict, key: str, where: str, kind: str) -> tuple[str, ...]:
-    value = required(body, key, where, kind)
-    values = [value] if isinstance(value, str) else value
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise QuailError(f"{where}: {key!r} must be text or a list of texts")
-    return tuple(values)
-
-
-def required(body: dict, key: str, where: str, kind: str):
-    if key not in body:
-        raise QuailError(f"{where}: {kind} needs {key!r}")
-    return body[key]
-
-
-def name_setting(body: dict, key: str, where: str, kind: str) -> str:
-    """A table, operator or column name: text (a number such as a year is taken as its text)."""
-    value = required(body, key, where, kind)
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise QuailError(f"{where}: {key!r} must be a name, got {value!r}")
-    return str(value)
-
-
-def number_setting(body: dict, key: str, where: str, default: float) -> float:
-    value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise QuailError(f"{where}: {key!r} must be a number, got {value!r}")
-    return float(value)
-
-
-def count_setting(body: dict, key: str, where: str) -> int | None:
-    value = body.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise QuailError(f"{where}: {key!r} must be a whole number of rows, got {value!r}")
-    return value
-
-
-def calibration_setting(body: dict, where: str) -> str:
-    value = body.get("calibration", "auto")
-    if value not in CALIBRATIONS:
-        raise QuailError(f"{where}: 'calibration' must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
-    return value
-
-
-def cascade_setting(body: dict, where: str) -> Cascade | None:
-    """cascade: {model: NAME, band: [LOW, HIGH]}."""
-    value = body.get("cascade")
-    if value is None:
-        return None
-    if not isinstance(value, dict) or set(value) != {"model", "band"}:
-        raise QuailError(f"{where}: 'cascade' must be {{model: NAME, band: [LOW, HIGH]}}, got {value!r}")
-    band = value["band"]
-    if not (isinstance(band, list) and len(band) == 2
-            and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band)):
-        raise QuailError(f"{where}: cascade 'band' must be two numbers [LOW, HIGH], got {band!r}")
-    return Cascade(name_setting(value, "model", where, "cascade"), float(band[0]), float(band[1]))
-
-
-def flag_setting(body: dict, key: str, where: str) -> bool:
-    value = body.get(key, False)
-    if not isinstance(value, bool):
-        raise QuailError(f"{where}: {key!r} must be true or false, got {value!r}")
-    return value

@@ -1,26 +1,32 @@
 """classify: label each row with one of the given labels, each scored on the one document+question
 state (multi-token labels by teacher forcing on top of it)."""
 
+from typing import ClassVar
+
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, OperatorTokens, calibration_setting, name_setting, texts_setting
+from quail.kinds.base import OperatorKind, OperatorTokens
+from quail.kinds.settings import Calibration, Name, Settings, Text, Texts
 from quail.kinds.words import DEFAULT_QUESTION
 from quail.planner.specs import OperatorSpec
+
+
+class ClassifySettings(Settings):
+    kind: ClassVar[str] = "classify"
+    input: Name
+    column: Name
+    labels: Texts
+    question: Text = None  # DEFAULT_QUESTION when none is given
+    calibration: Calibration = "auto"
+
+    def spec(self, name, output):
+        return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.question or DEFAULT_QUESTION,),
+                            self.labels, calibration=self.calibration, output=output)
 
 
 class Classify(OperatorKind):
     name = "classify"
     summary = "label each row with one of the given labels"
-    keys = frozenset({"input", "column", "labels", "question", "calibration"})
-
-    def from_settings(self, name, body, output):
-        where = f"operator {name!r}"
-        question = body.get("question") or DEFAULT_QUESTION
-        if not isinstance(question, str):
-            raise QuailError(f"{where}: 'question' must be text, got {question!r}")
-        return OperatorSpec(name, self.name, (name_setting(body, "input", where, self.name),),
-                            (name_setting(body, "column", where, self.name),), (question,),
-                            texts_setting(body, "labels", where, self.name),
-                            calibration=calibration_setting(body, where), output=output)
+    settings = ClassifySettings
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -37,9 +43,9 @@ class Classify(OperatorKind):
         dupes = sorted({label for label in args.label if args.label.count(label) > 1})
         if dupes:
             raise QuailError(f"--label: duplicate labels {dupes}")
-        return {"input": args.input}, OperatorSpec("classify", self.name, ("input",), (args.text_column,),
-                                                   (args.question or DEFAULT_QUESTION,), tuple(args.label),
-                                                   calibration=args.calibration, output=args.output)
+        settings = ClassifySettings.parse({"input": "input", "column": args.text_column, "labels": args.label,
+                                           "question": args.question, "calibration": args.calibration}, "classify")
+        return {"input": args.input}, settings.spec("classify", args.output)
 
     def validate(self, spec, where):
         super().validate(spec, where)

@@ -3,29 +3,38 @@ of rows that passed the previous one)."""
 
 import argparse
 
+from typing import ClassVar
+
 from quail.errors import QuailError
-from quail.kinds.base import (OperatorKind, OperatorTokens, calibration_setting, cascade_setting, count_setting, flag_setting,
-                              name_setting, number_setting, texts_setting)
+from quail.kinds.base import OperatorKind, OperatorTokens
+from quail.kinds.settings import Calibration, CascadeSetting, Count, Flag, Name, Number, Settings, Texts
 from quail.planner.prefix_tree import stem
-from quail.planner.specs import Cascade, OperatorSpec
+from quail.planner.specs import OperatorSpec
+
+
+class FilterSettings(Settings):
+    kind: ClassVar[str] = "filter"
+    input: Name
+    column: Name
+    predicates: Texts
+    threshold: Number = 0.5
+    limit: Count = None
+    keep_all: Flag = False
+    calibration: Calibration = "auto"
+    cascade: CascadeSetting = None
+
+    def spec(self, name, output):
+        return OperatorSpec(name, self.kind, (self.input,), (self.column,), self.predicates, threshold=self.threshold,
+                            limit=self.limit, keep_all=self.keep_all, calibration=self.calibration,
+                            cascade=self.cascade, output=output)
 
 
 class Filter(OperatorKind):
     name = "filter"
     summary = "keep the rows for which every predicate holds"
     narrows = True
-    keys = frozenset({"input", "column", "predicates", "threshold", "limit", "keep_all", "calibration", "cascade"})
+    settings = FilterSettings
     question_word = "predicate"
-
-    def from_settings(self, name, body, output):
-        where = f"operator {name!r}"
-        return OperatorSpec(name, self.name, (name_setting(body, "input", where, self.name),),
-                            (name_setting(body, "column", where, self.name),),
-                            texts_setting(body, "predicates", where, self.name),
-                            threshold=number_setting(body, "threshold", where, 0.5),
-                            limit=count_setting(body, "limit", where), keep_all=flag_setting(body, "keep_all", where),
-                            calibration=calibration_setting(body, where), cascade=cascade_setting(body, where),
-                            output=output)
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -48,11 +57,11 @@ class Filter(OperatorKind):
             raise QuailError(f"--limit must be at least 1, got {args.limit}")
         if (args.cascade is None) != (args.cascade_band is None):
             raise QuailError("--cascade MODEL and --cascade-band LOW HIGH go together")
-        cascade = Cascade(args.cascade, *args.cascade_band) if args.cascade else None
-        return {"input": args.input}, OperatorSpec(
-            "filter", self.name, ("input",), (args.text_column,), tuple(args.predicate), threshold=args.threshold,
-            limit=args.limit, keep_all=args.keep_all, calibration=args.calibration, cascade=cascade,
-            output=args.output)
+        cascade = {"model": args.cascade, "band": args.cascade_band} if args.cascade else None
+        settings = FilterSettings.parse({"input": "input", "column": args.text_column, "predicates": args.predicate,
+                                         "threshold": args.threshold, "limit": args.limit, "keep_all": args.keep_all,
+                                         "calibration": args.calibration, "cascade": cascade}, "filter")
+        return {"input": args.input}, settings.spec("filter", args.output)
 
     def check_cascade(self, spec, where):
         c = spec.cascade

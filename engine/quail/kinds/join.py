@@ -2,9 +2,11 @@
 row's KV and rewinds past each right row); with top_k, each left row's K best right rows. Every
 pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 
+from typing import ClassVar
+
 from quail.errors import QuailError
-from quail.kinds.base import (OperatorKind, OperatorTokens, calibration_setting, count_setting, name_setting, number_setting,
-                              texts_setting)
+from quail.kinds.base import OperatorKind, OperatorTokens
+from quail.kinds.settings import Calibration, Count, Name, Number, Settings, Texts
 from quail.kinds.words import ANCHOR, partner_name
 from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
@@ -15,27 +17,32 @@ def partner(spec: OperatorSpec) -> str:
     return spec.right_name.strip() if spec.right_name else partner_name(spec.columns[1])
 
 
+class JoinSettings(Settings):
+    kind: ClassVar[str] = "join"
+    left: Name
+    right: Name
+    left_column: Name
+    right_column: Name
+    condition: Texts
+    right_name: object = None  # checked with the spec (Join.validate), wherever it came from
+    threshold: Number = 0.5
+    top_k: Count = None
+    calibration: Calibration = "auto"
+
+    def spec(self, name, output):
+        return OperatorSpec(name, self.kind, (self.left, self.right), (self.left_column, self.right_column),
+                            self.condition, threshold=self.threshold, top_k=self.top_k, right_name=self.right_name,
+                            calibration=self.calibration, output=output)
+
+
 class Join(OperatorKind):
     name = "join"
     summary = "pairs of left and right rows that satisfy a condition"
     arity = 2
     keeps_rows = False
     anchor = "left_row"
-    keys = frozenset({"left", "right", "left_column", "right_column", "right_name", "condition", "threshold",
-                      "top_k", "calibration"})
+    settings = JoinSettings
     question_word = "condition"
-
-    def from_settings(self, name, body, output):
-        where = f"operator {name!r}"
-
-        def need(key):
-            return name_setting(body, key, where, self.name)
-
-        return OperatorSpec(name, self.name, (need("left"), need("right")), (need("left_column"), need("right_column")),
-                            texts_setting(body, "condition", where, self.name),
-                            threshold=number_setting(body, "threshold", where, 0.5),
-                            top_k=count_setting(body, "top_k", where), calibration=calibration_setting(body, where),
-                            right_name=body.get("right_name"), output=output)
 
     def add_arguments(self, p):
         p.add_argument("left")
@@ -52,10 +59,11 @@ class Join(OperatorKind):
     def from_args(self, args):
         if not args.condition.strip():
             raise QuailError("--condition is empty")
-        return {"left": args.left, "right": args.right}, OperatorSpec(
-            "join", self.name, ("left", "right"), (args.left_column, args.right_column), (args.condition,),
-            threshold=args.threshold, top_k=args.top_k, calibration=args.calibration, right_name=args.right_name,
-            output=args.output)
+        settings = JoinSettings.parse({"left": "left", "right": "right", "left_column": args.left_column,
+                                       "right_column": args.right_column, "right_name": args.right_name,
+                                       "condition": args.condition, "threshold": args.threshold, "top_k": args.top_k,
+                                       "calibration": args.calibration}, "join")
+        return {"left": args.left, "right": args.right}, settings.spec("join", args.output)
 
     def validate(self, spec, where):
         super().validate(spec, where)

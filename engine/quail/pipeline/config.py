@@ -33,14 +33,6 @@ class Pipeline:
     stats: dict[str, str] = field(default_factory=dict)  # operator -> where its stats JSON goes
 
 
-def _spec(name: str, kind: str, body: dict, output: str | None) -> OperatorSpec:
-    unknown = set(body) - KINDS[kind].keys
-    if unknown:
-        raise QuailError(f"operator {name!r}: unknown {kind} keys {sorted(map(str, unknown))}; allowed: "
-                         f"{sorted(KINDS[kind].keys)}")
-    return KINDS[kind].from_settings(name, body, output)
-
-
 TOP_KEYS = frozenset({"model", "tables", "operators"})
 OPERATOR_KEYS = frozenset({"name", "output", "stats"})
 
@@ -90,10 +82,8 @@ def load_pipeline(path: str) -> Pipeline:
         if unknown := set(op) - OPERATOR_KEYS - set(KINDS):
             raise QuailError(f"operator {name!r}: unknown keys {sorted(map(str, unknown))}; allowed: "
                              f"{sorted(OPERATOR_KEYS)} and one of {', '.join(KINDS)}")
-        if not isinstance(op[kinds[0]], dict):
-            raise QuailError(f"operator {name!r}: {kinds[0]} must be a mapping of its settings")
         output = str(base / _path(op["output"], f"operator {name!r}: output")) if "output" in op else None
-        specs.append(_spec(name, kinds[0], op[kinds[0]], output))
+        specs.append(KINDS[kinds[0]].from_settings(name, op[kinds[0]], output))
         if output:
             stats[name] = str(base / _path(op["stats"], f"operator {name!r}: stats")) if "stats" in op \
                 else output + ".stats.json"

@@ -226,3 +226,14 @@ def test_an_event_that_is_not_a_job_status_is_refused_before_anything_runs(tmp_p
         with pytest.raises(AirflowException, match="task 'sport': the trigger's event is not a Quail job's end"):
             op.execute_complete(_context(1), event, window)
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_setting_of_the_wrong_type_names_the_task_and_the_key_before_any_work(local_default, tmp_path):
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    op = LLMFilterOperator(task_id="sport", source=NEWS, text_column="text", target=str(tmp_path / "o.parquet"),
+                           predicates=["Is this about sport?"], limit="5")
+    with pytest.raises(AirflowException, match="task 'sport': 'limit' must be a whole number of rows, got '5'"):
+        op.execute(_context(1))
+    assert not local_default.exists()  # no worker was started: nothing was sent

@@ -1,0 +1,125 @@
+"""A kind's settings as one pydantic model: the pipeline file, the CLI and the Airflow operators all
+build specs through it, so that a setting is typed, checked and named in one place. Its errors
+name the operator and the key: `operator 'f': 'threshold' must be a number, got 'abc'`."""
+
+from typing import Annotated, ClassVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError, ValidationInfo
+
+from quail.errors import QuailError
+from quail.kinds.base import CALIBRATIONS
+from quail.planner.specs import Cascade, OperatorSpec
+
+
+def _name(value, info: ValidationInfo) -> str:
+    """A table, operator or column name: text (a number such as a year is taken as its text)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{info.field_name!r} must be a name, got {value!r}")
+    return str(value)
+
+
+def _texts(value, info: ValidationInfo) -> tuple[str, ...]:
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{info.field_name!r} must be text or a list of texts")
+    return tuple(values)
+
+
+def _number(value, info: ValidationInfo) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{info.field_name!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _count(value, info: ValidationInfo) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{info.field_name!r} must be a whole number of rows, got {value!r}")
+    return value
+
+
+def _flag(value, info: ValidationInfo) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{info.field_name!r} must be true or false, got {value!r}")
+    return value
+
+
+def _text(value, info: ValidationInfo) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{info.field_name!r} must be text, got {value!r}")
+    return value
+
+
+def _calibration(value, info: ValidationInfo) -> str:
+    if value not in CALIBRATIONS:
+        raise ValueError(f"'calibration' must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
+    return value
+
+
+def _cascade(value, info: ValidationInfo) -> Cascade | None:
+    """cascade: {model: NAME, band: [LOW, HIGH]}."""
+    if value is None or isinstance(value, Cascade):
+        return value
+    if not isinstance(value, dict) or set(value) != {"model", "band"}:
+        raise ValueError(f"'cascade' must be {{model: NAME, band: [LOW, HIGH]}}, got {value!r}")
+    band = value["band"]
+    if not (isinstance(band, (list, tuple)) and len(band) == 2
+            and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band)):
+        raise ValueError(f"cascade 'band' must be two numbers [LOW, HIGH], got {band!r}")
+    model = value["model"]
+    if isinstance(model, bool) or not isinstance(model, (str, int)):
+        raise ValueError(f"cascade 'model' must be a name, got {model!r}")
+    return Cascade(str(model), float(band[0]), float(band[1]))
+
+
+Name = Annotated[str, BeforeValidator(_name)]
+Texts = Annotated[tuple[str, ...], BeforeValidator(_texts)]
+Number = Annotated[float, BeforeValidator(_number)]
+Count = Annotated[int | None, BeforeValidator(_count)]
+Flag = Annotated[bool, BeforeValidator(_flag)]
+Text = Annotated[str | None, BeforeValidator(_text)]
+Calibration = Annotated[str, BeforeValidator(_calibration)]
+CascadeSetting = Annotated[Cascade | None, BeforeValidator(_cascade)]
+
+
+class Settings(BaseModel):
+    """One kind's settings; a subclass names its fields and builds the spec."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True,
+                              validate_default=False)
+    kind: ClassVar[str]
+
+    @classmethod
+    def parse(cls, body: dict, where: str) -> "Settings":
+        """The settings from a mapping (a pipeline file's, or an operator's arguments), or a
+        QuailError naming `where` and the key."""
+        if not isinstance(body, dict):
+            raise QuailError(f"{where}: {cls.kind} must be a mapping of its settings")
+        try:
+            return cls.model_validate(body)
+        except ValidationError as e:
+            raise QuailError(f"{where}: {cls._reason(e, body)}") from None
+
+    @classmethod
+    def check_one(cls, key: str, value, where: str):
+        """One setting alone, checked as the model checks it: what an operator can check when its DAG is
+        parsed, before its templated settings are rendered."""
+        field = cls.model_fields[key]
+        try:
+            return TypeAdapter(Annotated[(field.annotation, *field.metadata)]).validate_python(value)
+        except ValidationError as e:
+            raise QuailError(f"{where}: {cls._reason(e, {key: value})}") from None
+
+    @classmethod
+    def _reason(cls, e: ValidationError, body: dict) -> str:
+        errors = e.errors()
+        extra = sorted(str(x["loc"][0]) for x in errors if x["type"] == "extra_forbidden")
+        if extra:
+            return f"unknown {cls.kind} keys {extra}; allowed: {sorted(cls.model_fields)}"
+        first = errors[0]
+        if first["type"] == "missing":
+            return f"{cls.kind} needs {first['loc'][0]!r}"
+        cause = first.get("ctx", {}).get("error")
+        return str(cause) if cause is not None else f"{first['loc'][0]!r}: {first['msg']}"
+
+    def spec(self, name: str, output: str | None) -> OperatorSpec:
+        raise NotImplementedError

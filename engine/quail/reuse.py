@@ -27,3 +27,4 @@ class Retain:
     consumers: frozenset[str] | None = None  # later operators that may claim it; None: until cleared
     passed: float = 1.0  # probability of reuse of a kept document (for a filter: one that passed)
     failed: float = 0.0  # a filter's failing documents: kept only when a consumer reads the filter's input
+    owner: str | None = None  # the operator (scoped) that reads them now: a document it took is not kept again for it

@@ -299,6 +299,7 @@ def run(argv=None) -> int:
     session = _open_session(pipeline.model, args)
     if explain:
         engine = session.engine
+        runner.plan_windows(session, plan, reuse)
         print(describe_plan(plan, runner.predict(session, plan), engine.cost, engine.plan.arena_pages,
                             engine.pool.capacity, engine.plan.memory))
         return 0

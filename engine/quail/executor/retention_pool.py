@@ -71,7 +71,8 @@ class RetentionPool:
         key = document_key(doc)
         if key in self._claims and seq.tokens == doc:
             claimed_probability, claimed = self._claims.pop(key)
-            if consumers is not None and not claimed <= consumers:
+            claimed = claimed - {retain.owner} if retain is not None else claimed  # the taker is done with it
+            if claimed and consumers is not None and not claimed <= consumers:
                 probability, consumers = max(probability, claimed_probability), consumers | claimed
         if probability <= 0 or seq.tokens != doc:
             self.cache.release(seq)

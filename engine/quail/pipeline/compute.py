@@ -15,12 +15,13 @@ from quail.runtime import runtime_of
 from quail.session import Session
 
 
-def retain_for(op: OperatorPlan, scope: str = "") -> Retain | None:
-    """`scope` namespaces the consumers (a DAG run), so runs never release each other's KV."""
+def retain_for(op: OperatorPlan, scope: str = "") -> Retain:
+    """`scope` namespaces the consumers (a DAG run), so runs never release each other's KV. The
+    operator itself is the owner: what it takes from the pool is not kept for it again."""
     keep = op.retain
     if keep is None:
-        return None
-    return Retain(frozenset(scope + c for c in keep.consumers), keep.passed, keep.failed)
+        return Retain(frozenset(), 0.0, 0.0, owner=scope + op.name)
+    return Retain(frozenset(scope + c for c in keep.consumers), keep.passed, keep.failed, owner=scope + op.name)
 
 
 def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,

@@ -1,17 +1,26 @@
-"""Runs a planned pipeline in one engine session, a window of rows at a time: each operator reads
-its first input (a table, or an earlier operator's output) in windows, computes each window with its
-plan entry, appends the window's output to a temporary file that replaces its target at the end,
-and releases what no later operator claims. Memory follows the window; a join's right input is read
-whole. Stats carry the prediction and the actual accounting side by side."""
+"""Runs a planned pipeline in one engine session, a window of rows at a time.
+
+Operators run in chains: a consumer whose first input is an earlier operator's output, read on
+the same text column, runs on each window right after its producer has done that window, while
+the window's KV is in the arena (chains()). So retention between them does not depend on the
+table's size, and memory follows one window for the whole chain; a chain's windows are sized so
+that one window's documents fit the retention pool. Each operator appends its window's output to
+a temporary file that replaces its target at the end, and what no later operator claims is
+released. A join's right input is read whole. Stats carry the prediction and the actual
+accounting side by side."""
 
 import json
 import os
 import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from quail.atomic import check_writable, same_file, write_text_atomically
+from quail.constants import PAGE_SIZE
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
@@ -19,7 +28,7 @@ from quail.kinds import kind_of
 from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
-from quail.pipeline.windows import Window, WindowDone, drive
+from quail.pipeline.windows import Window, WindowDone, Windowed, drive
 from quail.pipeline.tables import text_column
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
@@ -45,6 +54,7 @@ class Runner:
         self.truncate = truncate
         self.window_rows = window_rows
         self.outputs: dict[str, str] = {}  # operator -> the Parquet file later operators read
+        self.rows_of: dict[str, int] = {}  # operator -> its chain's window rows (plan_windows)
 
     def source(self, name: str) -> TableSource:
         if name in self.pipeline.tables:
@@ -91,11 +101,11 @@ class Runner:
                 name = specs[name].inputs[0]
             return name if name in self.pipeline.tables else None
 
-        def texts(name: str | None, column: str):
+        def texts(name: str | None, column: str, rows: int = DEFAULT_WINDOW_ROWS):
             if name is None:
                 return
             source = self.source(name)
-            for first, window in source.windows(self.window_rows):
+            for first, window in source.windows(rows):
                 yield text_column(window, column, source.name, self.on_null, first)[0]
 
         out = {}
@@ -103,50 +113,116 @@ class Runner:
             many = kind_of(s.kind).arity > 1
             partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if many else []
             total = Prediction()
-            for part in texts(table_of(s.inputs[0]), s.columns[0]):
+            for part in texts(table_of(s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows)):
                 total.add(predict(session, plan, s, session.layout.documents(part), partners, truncate=self.truncate))
             out[s.name] = total
         return out
 
+    def plan_windows(self, session: Session, plan: Plan, reuse: Reuse) -> list[list[OperatorSpec]]:
+        """The chains, and each chain's window rows: --window-rows, or fewer where a chain's consumers
+        reuse retained KV, so that a window's documents fit half the retention pool (measured on
+        the first window's documents)."""
+        groups = chains(plan.specs, set(self.pipeline.tables))
+        for group in groups:
+            rows = self.window_rows
+            if len(group) > 1 and reuse.retention:
+                source = self.source(group[0].inputs[0])
+                _, sample = next(source.windows(min(self.window_rows, 512)))
+                texts, _ = text_column(sample, group[0].columns[0], source.name, "skip")
+                if texts:
+                    pages = sum(-(-len(d) // PAGE_SIZE) for d in session.layout.documents(texts)) / len(texts)
+                    rows = max(1, min(rows, int(session.engine.pool.capacity / 2 / pages)))
+            self.rows_of.update((s.name, rows) for s in group)
+        return groups
+
     def run(self, session: Session, plan: Plan, reuse: Reuse, progress: Callable) -> list[OperatorRun]:
+        groups = self.plan_windows(session, plan, reuse)
         predicted = self.predict(session, plan)
         runs = []
         with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch:
-            for spec in plan.specs:
-                target = spec.output or os.path.join(scratch, f"{spec.name}.parquet")
-                rows_out, stats, escalated = self._operator(session, spec, plan, reuse, progress, target)
-                self.outputs[spec.name] = target
-                session.engine.consumed(spec.name)
-                predicted[spec.name].add(escalated)
-                run = OperatorRun(spec, rows_out, stats, predicted[spec.name])
-                if spec.name in self.pipeline.stats:
-                    write_stats(self.pipeline.stats[spec.name], run, session, plan)
-                runs.append(run)
-        return runs
+            for group in groups:
+                targets = {s.name: s.output or os.path.join(scratch, f"{s.name}.parquet") for s in group}
+                done = self._chain(session, group, plan, reuse, progress, targets)
+                for spec in group:
+                    self.outputs[spec.name] = targets[spec.name]
+                    session.engine.consumed(spec.name)
+                    rows_out, stats, escalated = done[spec.name]
+                    predicted[spec.name].add(escalated)
+                    run = OperatorRun(spec, rows_out, stats, predicted[spec.name])
+                    if spec.name in self.pipeline.stats:
+                        write_stats(self.pipeline.stats[spec.name], run, session, plan)
+                    runs.append(run)
+        order = [s.name for s in plan.specs]
+        return sorted(runs, key=lambda r: order.index(r.spec.name))
 
-    def _operator(self, session: Session, spec: OperatorSpec, plan: Plan, reuse: Reuse, progress: Callable,
-                  target: str) -> tuple[int, Stats, Prediction]:
-        """The rows written, the accounting, and the predicted share of a cascade's larger model,
-        known once each window's answers are."""
-        first, *others = (self.source(name) for name in spec.inputs)
-        bar = progress(first.num_rows(), spec.name)
-        seen = [0, 0]  # rows asked, rows passed: a filter's observed selectivity
+    def _chain(self, session: Session, group: list[OperatorSpec], plan: Plan, reuse: Reuse, progress: Callable,
+               targets: dict[str, str]) -> dict[str, tuple[int, Stats, Prediction]]:
+        """Each operator's rows written, accounting, and predicted share of a cascade's larger model
+        (known once each window's answers are). The head reads its table in windows; each consumer
+        is fed its producer's output window as soon as it is written."""
+        head, consumers = group[0], group[1:]
+        first, *others = (self.source(name) for name in head.inputs)
+        fed = {c.name: Windowed(c, f"operator {c.inputs[0]!r}", [(s.read_all(), s.name) for s in
+                                                                  map(self.source, c.inputs[1:])], self.on_null)
+               for c in consumers}
+        bars = {s.name: progress(first.num_rows() if s is head else None, s.name) for s in group}
+        seen = {s.name: [0, 0] for s in group}  # rows asked, rows passed: a filter's observed selectivity
 
-        def step(window: Window) -> WindowDone:
-            answers, stats = compute(session, window.spec, plan[spec.name], reuse, window.inputs, self.truncate, bar)
+        def compute_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
+            answers, stats = compute(session, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
+                                     bars[spec.name])
             escalated = predict_escalated(session, plan, window.spec, answers, window.inputs[0][0], self.truncate)
             if (observed := runtime_of(spec.kind).observed(window.spec, answers)) is not None:
-                seen[0], seen[1] = seen[0] + observed[0], seen[1] + observed[1]
-            table, counted = window.shaped(answers, first.name)
-            sink.write(table)
-            return WindowDone(table.num_rows, counted, stats, escalated)
+                seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
+            table, counted = window.shaped(answers, first.name if spec is head else fed[spec.name].source)
+            return WindowDone(table.num_rows, counted, stats, escalated), sink.write(table)
 
-        with OutputSink(target) as sink:
-            done = drive(spec, first.windows(self.window_rows), first.name,
-                         [(s.read_all(), s.name) for s in others], step, self.on_null)
-        if seen[0]:
-            SelectivityStore().record(spec.fingerprint(), *seen)
-        return sink.rows, done.stats, done.predicted
+        with ExitStack() as stack:
+            sinks = {s.name: stack.enter_context(OutputSink(targets[s.name])) for s in group}
+
+            def step(window: Window) -> WindowDone:
+                done, written = compute_window(head, window, sinks[head.name])
+                outputs = {head.name: written}
+                for c in consumers:
+                    op, table = fed[c.name], outputs[c.inputs[0]]
+                    # nothing to ask of an empty window, unless the consumer's output needs its schema yet
+                    if op.satisfied or (table is None or not table.num_rows) and not (window.last and op.k == 0):
+                        schema = sinks[c.name].schema
+                        outputs[c.name] = schema.empty_table() if schema is not None else None
+                        continue
+                    w = op.window(table, window.last)
+                    c_done, outputs[c.name] = compute_window(c, w, sinks[c.name])
+                    op.done(w, c_done)
+                return done
+
+            totals = {head.name: drive(head, first.windows(self.rows_of.get(head.name, self.window_rows)),
+                                       first.name, [(s.read_all(), s.name) for s in others], step, self.on_null)}
+            totals |= {c.name: fed[c.name].finish() for c in consumers}
+        for spec in group:
+            if seen[spec.name][0]:
+                SelectivityStore().record(spec.fingerprint(), *seen[spec.name])
+        return {s.name: (sinks[s.name].rows, totals[s.name].stats, totals[s.name].predicted) for s in group}
+
+
+def chains(specs: tuple[OperatorSpec, ...], tables: set[str]) -> list[list[OperatorSpec]]:
+    """The operators grouped into chains, in order. An operator joins the chain of its first input
+    when that input is an operator of the chain that keeps its rows (a filter or a classify, not a
+    join), read on the same text column, and its other inputs (a join's right side) are tables or
+    operators of chains that run before."""
+    groups: list[list[OperatorSpec]] = []
+    home: dict[str, int] = {}  # operator -> its chain
+    by_name = {s.name: s for s in specs}
+    for s in specs:
+        producer = by_name.get(s.inputs[0])
+        g = home.get(s.inputs[0])
+        if (producer is not None and kind_of(producer.kind).keeps_rows and producer.columns[0] == s.columns[0]
+                and all(i in tables or home.get(i, g) < g for i in s.inputs[1:])):
+            groups[g].append(s)
+        else:
+            g = len(groups)
+            groups.append([s])
+        home[s.name] = g
+    return groups
 
 
 def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> None:

@@ -93,13 +93,19 @@ class OutputSink:
         self._tmp = self._replacing.__enter__()
         return self
 
-    def write(self, table: pa.Table) -> None:
+    def write(self, table: pa.Table) -> pa.Table:
+        """Appends the table, cast to the output's schema (its first table's); returns it as written."""
         if self._writer is None:
             self._writer = pq.ParquetWriter(self._tmp, table.schema)
         elif not table.schema.equals(self._writer.schema):
             table = table.cast(self._writer.schema)
         self._writer.write_table(table)
         self.rows += table.num_rows
+        return table
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self._writer.schema if self._writer is not None else None
 
     def __exit__(self, kind, error, tb):
         if self._writer is not None:

@@ -62,29 +62,58 @@ class OperatorDone:
         self.predicted.add(done.predicted)
 
 
+class Windowed:
+    """One operator's side of the window loop: its other inputs (read whole), its row limit's
+    count, and its totals. A consumer in a chain (pipeline/runner.py) is fed its producer's output
+    windows through one of these, as the head is fed its table's."""
+
+    def __init__(self, spec: OperatorSpec, source: str, others: list[tuple[pa.Table, str]], on_null: str = "fail"):
+        self.spec, self.source, self.others, self.on_null = spec, source, others, on_null
+        self.fixed = [text_column(t, c, name, on_null) for (t, name), c in zip(others, spec.columns[1:])]
+        self.total, self.counted, self.next_row, self.k = OperatorDone(), 0, 0, 0
+
+    @property
+    def satisfied(self) -> bool:
+        """Its row limit is met: nothing more is asked."""
+        return self.spec.limit is not None and self.counted >= self.spec.limit
+
+    def window(self, table: pa.Table, last: bool, offset: int | None = None) -> Window:
+        """The next window, whose rows start at `offset` of the input (by default, after the last)."""
+        offset = self.next_row if offset is None else offset
+        part = self.spec if self.spec.limit is None else replace(self.spec, limit=self.spec.limit - self.counted)
+        inputs = [text_column(table, self.spec.columns[0], self.source, self.on_null, offset)] + self.fixed
+        return Window(self.k, offset, last, part, [table] + [t for t, _ in self.others], inputs)
+
+    def done(self, window: Window, done: WindowDone) -> None:
+        table = window.tables[0]
+        done.stats.rows_skipped += table.num_rows - len(window.inputs[0][0])
+        self.total.add(table.num_rows, done)
+        self.counted += done.counted
+        self.next_row, self.k = window.offset + table.num_rows, self.k + 1
+
+    def finish(self) -> OperatorDone:
+        if self.total.stats is None:
+            self.total.stats = Stats()
+        self.total.stats.rows_skipped += sum(t.num_rows - len(x) for (t, _), (x, _) in zip(self.others, self.fixed))
+        return self.total
+
+
 def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: str,
           others: list[tuple[pa.Table, str]], step: Callable[[Window], WindowDone], on_null: str = "fail",
           after: Callable[[Window, WindowDone, OperatorDone], None] = lambda *_: None) -> OperatorDone:
     """Runs `step` on each window of the first input (`windows`, read from `source`) in order, with
     `others` (table, name) read whole; `after` sees each window once it is done."""
-    fixed = [text_column(t, c, name, on_null) for (t, name), c in zip(others, spec.columns[1:])]
-    total, counted = OperatorDone(), 0
-    ahead, k = next(windows), 0
+    op = Windowed(spec, source, others, on_null)
+    ahead = next(windows)
     while ahead is not None:
         (offset, table), ahead = ahead, next(windows, None)
-        part = spec if spec.limit is None else replace(spec, limit=spec.limit - counted)
-        inputs = [text_column(table, spec.columns[0], source, on_null, offset)] + fixed
-        window = Window(k, offset, ahead is None, part, [table] + [t for t, _ in others], inputs)
+        window = op.window(table, ahead is None, offset)
         done = step(window)
-        done.stats.rows_skipped += table.num_rows - len(inputs[0][0])
-        total.add(table.num_rows, done)
-        after(window, done, total)
-        counted += done.counted
-        if spec.limit is not None and counted >= spec.limit:
+        op.done(window, done)
+        after(window, done, op.total)
+        if op.satisfied:
             break
-        k += 1
-    total.stats.rows_skipped += sum(t.num_rows - len(x) for (t, _), (x, _) in zip(others, fixed))
-    return total
+    return op.finish()
 
 
 def check_window_rows(rows: int, what: str = "--window-rows") -> int:

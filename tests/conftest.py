@@ -59,9 +59,10 @@ def smollm2_for_every_session(monkeypatch, smollm2):
 
 @pytest.fixture(autouse=True)
 def _private_selectivity_store(monkeypatch, tmp_path):
-    """Runs record observed selectivities; tests keep theirs out of the user's store. (Calibrations
-    stay in the shared cache: they describe this machine, not a test.)"""
+    """Runs record observed selectivities and keep answers; tests keep theirs out of the user's
+    stores. (Calibrations stay in the shared cache: they describe this machine, not a test.)"""
     monkeypatch.setattr("quail.cost.observed.home", lambda: tmp_path / "quail-home")
+    monkeypatch.setenv("QUAIL_ANSWER_STORE", str(tmp_path / "answers.sqlite"))  # workers started here too
 
 
 @pytest.fixture(scope="session")

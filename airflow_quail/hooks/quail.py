@@ -63,6 +63,11 @@ class QuailHook(BaseHook):
                                               say=self.log.info)
         return WorkerClient(location, token)
 
+    @property
+    def answer_store(self) -> bool:
+        """The connection's extra `answer_store`: true, and its tasks use and keep stored answers."""
+        return self._remote()[2].get("answer_store", False) is True
+
     def client_at(self, location: str) -> WorkerClient:
         """A client for one of the connection's workers (the one a task chose), with its token; with
         no password, the token a worker on this machine wrote for this user, if any."""

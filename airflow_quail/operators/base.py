@@ -165,7 +165,7 @@ class BaseLLMOperator(BaseOperator):
         client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
             hook.get_conn(run=f"{ti.dag_id}\x1f{ti.run_id}")
         return _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
-                        client, *self.plan_entry(), Reuse() if self.reuse else Reuse.none(),
+                        client, *self.plan_entry(), Reuse(answers=hook.answer_store) if self.reuse else Reuse.none(),
                         source_rows(self.sources()[0]))
 
     def _window(self, run: "_TaskRun", window: Window, ended: tuple[int, dict] | None) -> dict:

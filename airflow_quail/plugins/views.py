@@ -6,7 +6,7 @@ from html import escape
 
 from quail.constants import MECHANISMS
 
-COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "prefix": "#9bbb59", "retention": "#8064a2"}
+COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "prefix": "#9bbb59", "retention": "#8064a2", "answers": "#f79646"}
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}
 td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
 h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.5rem}.muted{color:#777}"""
@@ -58,7 +58,7 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
                     f"<td class='l'>{'on' if op.get('chain_mode') else 'off'}</td>"
                     f"<td class='l'>{'on' if op.get('prefix_sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"
                     f"<td>{s['tokens_computed']:,}</td>"
-                    + "".join(f"<td>{s['tokens_reused'][k]:,}</td>" for k in MECHANISMS)
+                    + "".join(f"<td>{s['tokens_reused'].get(k, 0):,}</td>" for k in MECHANISMS)
                     + f"<td>{s['tokens_naive']:,}</td><td>{saved:.0%}</td></tr>")
     table = ("<table><tr><th class='l'>task</th><th>rows in</th><th>rows out</th><th class='l'>chain mode</th>"
              "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th><th>rewind</th>"

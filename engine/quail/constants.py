@@ -1,7 +1,7 @@
 """Numbers several layers share, defined once (torch-free)."""
 
 PAGE_SIZE = 16  # tokens per KV page
-MECHANISMS = ("rewind", "prefix", "retention")  # the forms of reuse that Stats and Prediction count
+MECHANISMS = ("rewind", "prefix", "retention", "answers")  # the forms of reuse Stats and Prediction count
 DEFAULT_MAX_BATCH_TOKENS = 2048  # tokens in one forward pass on a CPU, unless told otherwise
 DEFAULT_CUDA_MAX_BATCH_TOKENS = 8192  # on a GPU: enough rows to fill its matmuls (bench/README, "GPU")
 DEFAULT_PORT = 8815  # the worker's TCP port

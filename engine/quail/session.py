@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from quail.answer_store import AnswerStore, answer_key
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
@@ -55,6 +56,7 @@ class Session:
         self.options: dict = {}  # how Session.open made it: how its peers are opened
         self.peers: dict[str, Session] = {}
         self.peers_lock = threading.Lock()
+        self.answers: AnswerStore | None = None  # the answer store, where a front end opens one
 
     @classmethod
     def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
@@ -94,6 +96,7 @@ class Session:
         with self.peers_lock:
             if model not in self.peers:
                 self.peers[model] = Session.open(model, **self.options)
+                self.peers[model].answers = self.answers
             return self.peers[model]
 
     @property
@@ -134,6 +137,9 @@ class Session:
         """The documents contextual calibration asks every question of."""
         return [self.layout.document(text) for text in CONTENT_FREE]
 
+    def _store(self, reuse) -> AnswerStore | None:
+        return self.answers if _reuse(reuse).answers else None
+
     def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
                progress=None, rows=None, calibration="auto") -> tuple[FilterResult, Stats]:
         """calibration: "contextual" divides each predicate's content-free P(yes) out (ops/calibration.py)."""
@@ -144,8 +150,16 @@ class Session:
             probe, probe_stats = run_filter(self.engine, self.content_free(), questions, self.layout.answers, 0.0,
                                             reuse=_reuse(reuse))
             bias = column_means(probe.p_yes)
+        store, keys, known = self._store(reuse), None, None
+        if store is not None:  # each predicate's raw P(yes), by model, predicate and document
+            keys = [[answer_key(self.loaded.identity, f"filter\x1f{q}", d) for q in questions] for d in docs.tokens]
+            found = store.get([k for row in keys for k in row])
+            known = [[found[k][0] if k in found else None for k in row] for row in keys]
         result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
-                                   _reuse(reuse), _retain(retain), progress, bias)
+                                   _reuse(reuse), _retain(retain), progress, bias, known)
+        if store is not None:
+            store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.stored
+                      for k, p in enumerate(raw) if p is not None)
         stats.rows_truncated = docs.truncated
         return result, stats.merge(probe_stats) if probe_stats else stats
 
@@ -154,8 +168,15 @@ class Session:
         q = self.layout.label_question(question or DEFAULT_QUESTION, labels)
         label_tokens = [self.layout.label(label) for label in labels]
         docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
+        store, keys, known = self._store(reuse), None, None
+        if store is not None:  # the labels' raw probabilities, by model, question, labels and document
+            keys = [answer_key(self.loaded.identity, f"classify\x1f{q}\x1f{label_tokens}", d) for d in docs.tokens]
+            found = store.get(keys)
+            known = [found.get(k) for k in keys]
         result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, _reuse(reuse), _retain(retain),
-                                     progress)
+                                     progress, known)
+        if store is not None:
+            store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.stored)
         stats.rows_truncated = docs.truncated
         if self.calibrating(calibration):
             probe, probe_stats = run_classify(self.engine, self.content_free(), q, label_tokens, _reuse(reuse))

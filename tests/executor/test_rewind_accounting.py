@@ -46,6 +46,6 @@ def test_no_reuse_computes_the_naive_count(tiny_llama):
         assert [x is None for x in a] == [x is None for x in b]
         assert np.allclose([x for x in a if x is not None], [x for x in b if x is not None], atol=1e-5)
     assert s1.tokens_naive == s2.tokens_naive == s2.tokens_computed
-    assert s2.tokens_reused == {"rewind": 0, "prefix": 0, "retention": 0}
+    assert s2.tokens_reused == {"rewind": 0, "prefix": 0, "retention": 0, "answers": 0}
     assert s1.tokens_computed < s2.tokens_computed
     assert engine.free_pages == engine.plan.arena_pages

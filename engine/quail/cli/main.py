@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from quail.answer_store import AnswerStore
 from quail.cli import band
 from quail.cli.progress import Progress
 from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
@@ -70,6 +71,8 @@ def _run_options() -> argparse.ArgumentParser:
     p.add_argument("--no-prefix-sharing", action="store_true", help="switch prefix sharing off")
     p.add_argument("--no-retention", action="store_true", help="keep no KV for later operators")
     p.add_argument("--no-borrowing", action="store_true", help="admission never takes retained KV's pages")
+    p.add_argument("--answer-store", action="store_true",
+                   help="look answers up in the answer store and keep new ones there (`quail answers`)")
     p.add_argument("--on-null", choices=["fail", "skip"], default="fail", help="NULL or empty text")
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
     p.add_argument("--window-rows", type=at_least(1), default=DEFAULT_WINDOW_ROWS,
@@ -134,7 +137,12 @@ def parser() -> argparse.ArgumentParser:
                                         "under $QUAIL_HOME/worker for a port, for this user only")
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
+    w.add_argument("--no-answer-store", action="store_true",
+                   help="keep no answers across jobs and restarts, even for jobs that ask for it")
     w.add_argument("--max-jobs", type=at_least(1), default=8, help="jobs computed at once, batched into the same passes")
+
+    a = sub.add_parser("answers", help="the answer store: what it holds, or empty it")
+    a.add_argument("action", choices=["stats", "clear"])
 
     m = sub.add_parser("models", help="list or install the embedded models")
     m.add_argument("action", choices=["list", "pull"])
@@ -243,6 +251,7 @@ def _worker(args) -> None:
     torch.set_num_threads(_threads(args))
     # each start-up phase on its own line: the hook that started this worker logs them in the task's log
     session = _open_session(args.model, args, lambda m: print(f"quail worker: {m}", file=sys.stderr, flush=True))
+    session.answers = None if args.no_answer_store else AnswerStore()
     server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",
@@ -255,6 +264,15 @@ def run(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.command == "models":
         _models(args)
+        return 0
+    if args.command == "answers":
+        store = AnswerStore()
+        if args.action == "clear":
+            print(f"removed {store.clear():,} answers from {store.path}")
+        else:
+            s = store.stats()
+            print(f"{s['path']}: {s['answers']:,} answers, {s['bytes']:,} bytes of {s['max_bytes']:,}"
+                  + ("" if s["writable"] else " (read-only)"))
         return 0
     if args.command == "worker":
         _worker(args)
@@ -284,7 +302,8 @@ def run(argv=None) -> int:
 
     torch.set_num_threads(_threads(args))
     reuse = Reuse.none() if args.no_reuse else Reuse(not args.no_rewind, not args.no_prefix_sharing,
-                                                      not args.no_retention, not args.no_borrowing)
+                                                      not args.no_retention, not args.no_borrowing,
+                                                      args.answer_store)
     plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
                      retention_on=reuse.retention)
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows)
@@ -297,6 +316,7 @@ def run(argv=None) -> int:
                 raise QuailError(f"operator {spec.name!r}: the cascade's model is --model itself; name a larger one")
             check_available(spec.cascade.model)
     session = _open_session(pipeline.model, args)
+    session.answers = AnswerStore() if reuse.answers else None
     if explain:
         engine = session.engine
         runner.plan_windows(session, plan, reuse)

@@ -11,6 +11,7 @@ from quail.device import resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
 from quail.model.llama import LlamaModel
+from quail.model.identity import weights_digest
 from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path, installed, not_installed
 from quail.model.safetensors_loader import load_hf_dir
 from quail.model.tokenizer import Tokenizer
@@ -42,6 +43,7 @@ class LoadedModel:
     config: ModelConfig
     model: LlamaModel
     tokenizer: Tokenizer
+    identity: str = ""  # its weights' digest, dtype and device kind (model/identity.py): what answers depend on
 
 
 def load_weights(spec: str) -> tuple[ModelConfig, Mapping[str, torch.Tensor], Tokenizer]:
@@ -87,4 +89,5 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
     except ValueError as e:
         raise QuailError(f"--model {spec}: {e}") from e
     name = spec if spec in EMBEDDED else Path(spec).name
-    return LoadedModel(name, cfg, LlamaModel(cfg, weights, DTYPES[dtype], device), tokenizer)
+    identity = f"{weights_digest(spec)}:{dtype}:{device.type}"
+    return LoadedModel(name, cfg, LlamaModel(cfg, weights, DTYPES[dtype], device), tokenizer, identity)

@@ -10,12 +10,14 @@ from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.answers import label_probabilities
+from quail.ops.stored import credit_stored, merge
 
 
 @dataclass
 class ClassifyResult:
     probabilities: list[list[float]] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)  # index of the best label per row
+    stored: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
 def _teacher_forced(labels: list[list[int]], i: int) -> list[tuple[int, list[int]]]:
@@ -89,7 +91,21 @@ def run_classify(
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
     progress=None,
+    known: list[list[float] | None] | None = None,
 ) -> tuple[ClassifyResult, Stats]:
+    """known: per document, its labels' probabilities from the answer store, or None: a document
+    with stored ones is not computed."""
+    stored = {i: p for i, p in enumerate(known or []) if p is not None}
+    if stored:
+        todo = [i for i in range(len(docs)) if i not in stored]
+        result, stats = run_classify(engine, [docs[i] for i in todo], question, labels, reuse, retain, progress)
+        single = any(len(label) == 1 for label in labels)  # the prompts each document stands for
+        extras = [len(question)] * single + [len(question) + len(label) - 1 for label in labels if len(label) > 1]
+        credit_stored(stats, [(len(docs[i]) + e, None) for i in stored for e in extras])
+        if progress is not None:
+            progress(len(stored), 0)
+        probs = merge(len(docs), stored, result.probabilities)
+        return ClassifyResult(probs, [max(range(len(p)), key=p.__getitem__) for p in probs], set(stored)), stats
     n_multi = sum(len(label) > 1 for label in labels)
     longest = max(len(label) for label in labels)
     retain = retain if reuse.retention else None

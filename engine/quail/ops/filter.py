@@ -16,6 +16,7 @@ from quail.executor.stats import Stats
 from quail.ops.answers import p_yes
 from quail.ops.calibration import yes_given
 from quail.ops.prompts import AnswerTokens
+from quail.ops.stored import credit_stored, merge
 from quail.planner.prefix_tree import stem
 
 
@@ -24,6 +25,7 @@ class FilterResult:
     p_yes: list[list[float | None]] = field(default_factory=list)  # None: chain mode never asked it
     passed: list[bool] = field(default_factory=list)
     raw_p_yes: list[list[float | None]] = field(default_factory=list)  # before calibration
+    stored: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
 def _passed(probs: list[float], questions: list, threshold: float) -> bool:
@@ -79,6 +81,17 @@ def _scratch(engine: Engine, doc, questions, answers, threshold, retain, bias):
     return program
 
 
+def _decided(raw: list[float | None], questions, threshold: float, bias) -> list[float] | None:
+    """The raw P(yes) that decide a row under this threshold (chain mode stops at the first that
+    fails), if the stored ones reach that far; else None."""
+    for k in range(len(questions)):
+        if k >= len(raw) or raw[k] is None:
+            return None
+        if _calibrated(raw[: k + 1], bias)[-1] < threshold:
+            return raw[: k + 1]
+    return raw[: len(questions)]
+
+
 def run_filter(
     engine: Engine,
     docs: list[list[int]],
@@ -90,9 +103,31 @@ def run_filter(
     retain: Retain | None = None,
     progress=None,
     bias: list[float] | None = None,
+    known: list[list[float | None]] | None = None,
 ) -> tuple[FilterResult, Stats]:
     """bias: each question's content-free P(yes) (ops/calibration.py), divided out before the
-    threshold; None: the model's raw P(yes)."""
+    threshold; None: the model's raw P(yes). known: per document, the raw P(yes) of each predicate
+    that the answer store holds (None where it holds none): a document its stored answers decide
+    is not computed. Not with a limit, which needs every row in input order."""
+    decided = {} if known is None or limit is not None else \
+        {i: raw for i, k in enumerate(known) if (raw := _decided(k, questions, threshold, bias)) is not None}
+    if decided:
+        todo = [i for i in range(len(docs)) if i not in decided]
+        result, stats = run_filter(engine, [docs[i] for i in todo], questions, answers, threshold, None, reuse, retain,
+                                   progress, bias)
+        credit_stored(stats, [(len(docs[i]) + len(questions[k]), f"predicate_{k + 1}")
+                              for i, raw in decided.items() for k in range(len(raw))])
+        if progress is not None:
+            progress(len(decided), 0)
+        raws = merge(len(docs), {i: raw + [None] * (len(questions) - len(raw)) for i, raw in decided.items()},
+                     result.raw_p_yes)
+        merged = FilterResult(raw_p_yes=raws, stored=set(decided))
+        for raw in raws:
+            asked = [p for p in raw if p is not None]
+            p = _calibrated(asked, bias) + [None] * (len(questions) - len(asked))
+            merged.p_yes.append(p)
+            merged.passed.append(_passed(p[: len(asked)], questions, threshold))
+        return merged, stats
     longest_q = max(len(q) for q in questions)
     retain = retain if reuse.retention else None
     make = _chain if reuse.rewind else _scratch

@@ -15,7 +15,8 @@ def _accounting(p: Prediction | Stats) -> str:
     r = p.tokens_reused
     saved = 1 - p.tokens_computed / p.tokens_naive if p.tokens_naive else 0.0
     return (f"{p.tokens_computed:,.0f} computed of {p.tokens_naive:,.0f} without reuse ({saved:.0%} saved); "
-            f"reused: rewind {r['rewind']:,.0f}, prefix {r['prefix']:,.0f}, retention {r['retention']:,.0f}")
+            f"reused: rewind {r['rewind']:,.0f}, prefix {r['prefix']:,.0f}, retention {r['retention']:,.0f}"
+            + (f", answers {r['answers']:,.0f}" if r.get("answers") else ""))
 
 
 def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel, arena_pages: int,

@@ -31,7 +31,7 @@ class Prediction:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Prediction":
-        return cls(d["tokens_naive"], d["tokens_computed"], dict(d["tokens_reused"]))
+        return cls(d["tokens_naive"], d["tokens_computed"], dict.fromkeys(MECHANISMS, 0.0) | d["tokens_reused"])
 
     def rounded(self) -> dict:
         return {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),

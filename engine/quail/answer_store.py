@@ -1,0 +1,184 @@
+"""The answer store: the model's answers, kept on disk by content, so that a document asked the same
+question by the same model again (tomorrow's run of a DAG, a re-run after a crash, another
+process) is not computed again.
+
+A key is a digest of the model's identity (its weights' digest, dtype and device kind), the
+question's identity (the kind and the prompt's tokens after the document) and the document's
+tokens. A value is the model's raw probabilities (before calibration and before any threshold),
+so a changed threshold, top-k or calibration still finds them. No text is stored: only digests
+and numbers.
+
+SQLite in WAL mode: one writer and many readers across processes, crash-safe, embedded. Why, and
+the figures: bench/README.md, "The answer store". It is bounded (`max_bytes`) and forgets the
+least recently used answers first. A store that is corrupt, truncated or not a database is set
+aside and started anew; one that cannot be written (a read-only folder, a full disk) is used as far
+as it can be, with a warning, and the run goes on.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from quail.paths import home
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 1 << 30
+SCHEMA = ("CREATE TABLE IF NOT EXISTS answers (key BLOB PRIMARY KEY, value TEXT NOT NULL, used INTEGER NOT NULL) "
+          "WITHOUT ROWID", "CREATE INDEX IF NOT EXISTS answers_used ON answers (used)")
+BATCH = 500  # keys per SELECT ... IN (...)
+
+
+def default_path() -> Path:
+    """$QUAIL_ANSWER_STORE, else answers.sqlite in Quail's home: shared by the CLI and the local workers."""
+    return Path(os.environ.get("QUAIL_ANSWER_STORE") or home() / "answers.sqlite")
+
+
+def answer_key(model: str, question: str, document: list[int]) -> bytes:
+    """model: LoadedModel.identity; question: the kind and the prompt after the document."""
+    h = hashlib.sha256(f"{model}\x1f{question}\x1f".encode())
+    h.update(json.dumps(document).encode())
+    return h.digest()
+
+
+class AnswerStore:
+    def __init__(self, path: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.path = Path(path) if path is not None else default_path()
+        self.max_bytes = max_bytes
+        self.writable = True
+        self._lock = threading.Lock()  # one connection, shared by the worker's job threads
+        self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection | None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            log.warning("the answer store %s cannot be created (%s): answers are not stored", self.path, e.strerror)
+            return None
+        for attempt in (1, 2):
+            try:
+                db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                    raise sqlite3.DatabaseError("quick_check failed")
+                for statement in SCHEMA:
+                    db.execute(statement)
+                return db
+            except sqlite3.OperationalError as e:  # a read-only folder or file, a full disk, a lock held too long
+                if attempt == 1 and self._readable_only():
+                    return self._read_only(e)
+                log.warning("the answer store %s cannot be opened (%s): answers are not stored", self.path, e)
+                return None
+            except sqlite3.DatabaseError as e:  # corrupt, truncated, or not a database
+                if attempt == 2:
+                    log.warning("the answer store %s cannot be rebuilt (%s): answers are not stored", self.path, e)
+                    return None
+                self._set_aside(e)
+        return None
+
+    def _readable_only(self) -> bool:
+        return self.path.exists() and not _writable(self.path)
+
+    def _read_only(self, error) -> sqlite3.Connection | None:
+        log.warning("the answer store %s is read-only (%s): answers are looked up, not stored", self.path, error)
+        self.writable = False
+        try:
+            return sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        except sqlite3.Error:
+            return None
+
+    def _set_aside(self, error) -> None:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d%H%M%S')}")
+        log.warning("the answer store %s is damaged (%s): set aside as %s and started anew", self.path, error,
+                    aside.name)
+        self.path.replace(aside)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def get(self, keys: list[bytes]) -> dict[bytes, list]:
+        """The stored answers among `keys`; marks them used."""
+        if self._db is None or not keys:
+            return {}
+        found: dict[bytes, list] = {}
+        with self._lock:
+            try:
+                for lo in range(0, len(keys), BATCH):
+                    part = keys[lo : lo + BATCH]
+                    rows = self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({','.join('?' * len(part))})",
+                                            part).fetchall()
+                    found.update((bytes(k), json.loads(v)) for k, v in rows)
+                if found and self.writable:
+                    now = time.time_ns()
+                    self._db.executemany("UPDATE answers SET used = ? WHERE key = ?", [(now, k) for k in found])
+            except sqlite3.Error as e:
+                self._failed("read", e)
+        return found
+
+    def put(self, items: Iterable[tuple[bytes, list]]) -> None:
+        items = list(items)
+        if self._db is None or not self.writable or not items:
+            return
+        now = time.time_ns()
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
+                                     [(k, json.dumps(v), now) for k, v in items])
+                self._db.execute("COMMIT")
+                self._bound()
+            except sqlite3.Error as e:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                self._failed("write", e)
+
+    def _bound(self) -> None:
+        """Forgets the least recently used answers while the store is larger than max_bytes."""
+        while (size := self.size()) > self.max_bytes:
+            count = self._db.execute("SELECT count(*) FROM answers").fetchone()[0]
+            if not count:
+                return
+            over = max(1, int(count * (size - self.max_bytes) / size) + count // 10)
+            self._db.execute("DELETE FROM answers WHERE key IN (SELECT key FROM answers ORDER BY used LIMIT ?)",
+                             (over,))
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # VACUUM goes through the log: empty it after
+
+    def _failed(self, what: str, error: sqlite3.Error) -> None:
+        log.warning("the answer store %s failed to %s (%s): the run goes on without it", self.path, what, error)
+        self.writable = False
+
+    def size(self) -> int:
+        """Bytes on disk: the database and its write-ahead log."""
+        return sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+
+    def stats(self) -> dict:
+        count = 0
+        if self._db is not None:
+            with self._lock:
+                count = self._db.execute("SELECT count(*) FROM answers").fetchone()[0]
+        return {"path": str(self.path), "answers": count, "bytes": self.size(), "max_bytes": self.max_bytes,
+                "writable": self._db is not None and self.writable}
+
+    def clear(self) -> int:
+        if self._db is None or not self.writable:
+            return 0
+        with self._lock:
+            n = self._db.execute("DELETE FROM answers").rowcount
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return n
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)

@@ -1,0 +1,166 @@
+"""The answer store: answers kept by content (model, question, document), found again by a later run
+with the same answers, never by one that asks something else; and a store that is damaged, read-only
+or shared is never trusted blindly nor a reason to fail a run."""
+
+import json
+import logging
+import multiprocessing
+import random
+import sqlite3
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quail.answer_store import AnswerStore, answer_key
+from quail.cli.main import main
+
+
+def _put_and_get(store: AnswerStore, n: int, tag: str = "") -> dict:
+    items = [(answer_key("m:float32:cpu", f"q{tag}", [i]), [i / n]) for i in range(n)]
+    store.put(items)
+    return store.get([k for k, _ in items])
+
+
+def test_answers_come_back_by_their_key_and_only_by_it(tmp_path):
+    store = AnswerStore(tmp_path / "a.sqlite")
+    key = answer_key("m:float32:cpu", "filter\x1f[1, 2]", [5, 6, 7])
+    store.put([(key, [0.25])])
+    assert store.get([key]) == {key: [0.25]}
+    for other in (answer_key("m:bfloat16:cpu", "filter\x1f[1, 2]", [5, 6, 7]),  # another dtype
+                  answer_key("n:float32:cpu", "filter\x1f[1, 2]", [5, 6, 7]),  # another model
+                  answer_key("m:float32:cpu", "filter\x1f[1, 3]", [5, 6, 7]),  # another question
+                  answer_key("m:float32:cpu", "filter\x1f[1, 2]", [5, 6, 8])):  # another document
+        assert store.get([other]) == {}
+    assert b"5, 6, 7" not in (tmp_path / "a.sqlite").read_bytes()  # digests only, no document
+
+
+@pytest.mark.parametrize("damage", [b"", b"SQLite format 3\x00" + b"\x00" * 40, b"not a database at all" * 50])
+def test_a_damaged_store_is_set_aside_and_started_anew(tmp_path, caplog, damage):
+    path = tmp_path / "a.sqlite"
+    if damage:
+        path.write_bytes(damage)
+    else:
+        _put_and_get(AnswerStore(path), 10)
+        path.write_bytes(path.read_bytes()[:1500])  # truncated
+    with caplog.at_level(logging.WARNING):
+        store = AnswerStore(path)
+    assert len(_put_and_get(store, 10)) == 10
+    if damage or "damaged" in caplog.text:
+        assert "set aside" in caplog.text and list(tmp_path.glob("a.sqlite.corrupt-*"))
+
+
+def test_a_read_only_store_is_read_and_a_run_goes_on(tmp_path, caplog):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    _put_and_get(AnswerStore(folder / "a.sqlite"), 5)
+    folder.chmod(0o555)
+    try:
+        with caplog.at_level(logging.WARNING):
+            store = AnswerStore(folder / "a.sqlite")
+        assert len(_put_and_get(store, 5)) == 5 and not store.writable and "read-only" in caplog.text
+    finally:
+        folder.chmod(0o755)
+
+
+def test_an_unwritable_folder_only_warns(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with caplog.at_level(logging.WARNING):
+        store = AnswerStore(blocker / "a.sqlite")
+    assert _put_and_get(store, 3) == {} and "answers are not stored" in caplog.text
+
+
+def _writer(path: str, tag: str) -> None:
+    store = AnswerStore(path)
+    for lo in range(0, 400, 40):
+        store.put([(answer_key("m", tag, [i]), [i]) for i in range(lo, lo + 40)])
+
+
+def test_two_processes_share_one_store(tmp_path):
+    path = str(tmp_path / "a.sqlite")
+    procs = [multiprocessing.get_context("spawn").Process(target=_writer, args=(path, t)) for t in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    store = AnswerStore(path)
+    for tag in "ab":
+        assert len(store.get([answer_key("m", tag, [i]) for i in range(400)])) == 400
+    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_the_store_is_bounded_and_forgets_the_least_recently_used(tmp_path):
+    store = AnswerStore(tmp_path / "a.sqlite", max_bytes=400_000)
+    first = [(answer_key("m", "q", [i]), [0.5] * 8) for i in range(200)]
+    store.put(first)
+    for lo in range(1000, 9000, 500):
+        store.get([k for k, _ in first[:20]])  # used again and again: kept
+        store.put([(answer_key("m", "q", [i]), [0.5] * 8) for i in range(lo, lo + 500)])
+    assert store.size() <= 400_000
+    assert len(store.get([k for k, _ in first[:20]])) == 20 and len(store.get([k for k, _ in first[20:]])) < 180
+    assert store.clear() > 0 and store.stats()["answers"] == 0
+
+
+@pytest.fixture
+def docs(tmp_path):
+    rng = random.Random(3)
+    words = "river stone cloud market engine garden orbit signal match goal rates".split()
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"id": list(range(40)), "text": [" ".join(rng.choices(words, k=rng.randint(8, 30)))
+                                                             for _ in range(40)]}), path)
+    return path
+
+
+def _run(tmp_path, tiny_model_dir, *argv) -> dict:
+    stats = tmp_path / "s.json"
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv] + ["--model", str(tiny_model_dir), "--dtype", "float32", "--stats", str(stats)])
+    assert e.value.code == 0
+    s = json.loads(stats.read_text())
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+    return s
+
+
+def _close(a, b, columns):
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    assert ta.num_rows == tb.num_rows and ta.column_names == tb.column_names
+    for c in columns:
+        for x, y in zip(ta.column(c).to_pylist(), tb.column(c).to_pylist()):
+            assert (x is None and y is None) or abs(x - y) < 1e-4, c
+    for c in set(ta.column_names) - set(columns):
+        assert ta.column(c).to_pylist() == tb.column(c).to_pylist(), c
+
+
+def test_a_second_run_finds_every_answer_and_they_equal_computing_from_scratch(tmp_path, docs, tiny_model_dir):
+    filt = ["filter", docs, "--text-column", "text", "--predicate", "Is it about a river?", "--predicate",
+            "Is it about money?", "--keep-all"]
+    cold = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--answer-store", "--output", tmp_path / "a.parquet")
+    assert cold["tokens_reused"]["answers"] == 0
+    warm = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--answer-store", "--output", tmp_path / "b.parquet")
+    assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["answers"] == warm["tokens_naive"] == cold["tokens_naive"]
+    _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--no-reuse", "--output", tmp_path / "c.parquet")
+    _close(tmp_path / "b.parquet", tmp_path / "c.parquet", ["p_yes_1", "p_yes_2"])
+    # another threshold still finds them, and decides by itself
+    moved = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0.5", "--answer-store", "--output", tmp_path / "d.parquet")
+    assert moved["tokens_computed"] == 0
+    _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0.5", "--no-reuse", "--output", tmp_path / "e.parquet")
+    _close(tmp_path / "d.parquet", tmp_path / "e.parquet", ["p_yes_1", "p_yes_2"])
+    # another predicate is asked anew; the first one's answers are still found
+    other = _run(tmp_path, tiny_model_dir, "filter", docs, "--text-column", "text", "--predicate", "Is it about a river?",
+                 "--predicate", "Is it about sport?", "--keep-all", "--threshold", "0", "--answer-store",
+                 "--output", tmp_path / "f.parquet")
+    assert 0 < other["tokens_computed"] < other["tokens_naive"] and other["tokens_reused"]["answers"] == 0
+    # a classify: its labels are part of the question
+    cls = ["classify", docs, "--text-column", "text", "--label", "nature", "--label", "money", "--answer-store"]
+    first = _run(tmp_path, tiny_model_dir, *cls, "--output", tmp_path / "g.parquet")
+    again = _run(tmp_path, tiny_model_dir, *cls, "--output", tmp_path / "h.parquet")
+    assert first["tokens_computed"] > 0 and again["tokens_computed"] == 0
+    _close(tmp_path / "g.parquet", tmp_path / "h.parquet", ["p_nature", "p_money"])
+    relabelled = _run(tmp_path, tiny_model_dir, *cls, "--label", "sport", "--output", tmp_path / "i.parquet")
+    assert relabelled["tokens_reused"]["answers"] == 0

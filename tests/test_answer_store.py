@@ -140,27 +140,38 @@ def _close(a, b, columns):
 def test_a_second_run_finds_every_answer_and_they_equal_computing_from_scratch(tmp_path, docs, tiny_model_dir):
     filt = ["filter", docs, "--text-column", "text", "--predicate", "Is it about a river?", "--predicate",
             "Is it about money?", "--keep-all"]
-    cold = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--answer-store", "--output", tmp_path / "a.parquet")
+    cold = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--output", tmp_path / "a.parquet")
     assert cold["tokens_reused"]["answers"] == 0
-    warm = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--answer-store", "--output", tmp_path / "b.parquet")
+    warm = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--output", tmp_path / "b.parquet")
     assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["answers"] == warm["tokens_naive"] == cold["tokens_naive"]
+    assert warm["predicted"]["tokens_reused"]["answers"] == warm["tokens_reused"]["answers"]  # counted before the run
     _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--no-reuse", "--output", tmp_path / "c.parquet")
     _close(tmp_path / "b.parquet", tmp_path / "c.parquet", ["p_yes_1", "p_yes_2"])
     # another threshold still finds them, and decides by itself
-    moved = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0.5", "--answer-store", "--output", tmp_path / "d.parquet")
-    assert moved["tokens_computed"] == 0
+    moved = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0.5", "--output", tmp_path / "d.parquet")
+    assert moved["tokens_computed"] == 0 and moved["predicted"]["tokens_computed"] == 0
     _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0.5", "--no-reuse", "--output", tmp_path / "e.parquet")
     _close(tmp_path / "d.parquet", tmp_path / "e.parquet", ["p_yes_1", "p_yes_2"])
     # another predicate is asked anew; the first one's answers are still found
     other = _run(tmp_path, tiny_model_dir, "filter", docs, "--text-column", "text", "--predicate", "Is it about a river?",
-                 "--predicate", "Is it about sport?", "--keep-all", "--threshold", "0", "--answer-store",
+                 "--predicate", "Is it about sport?", "--keep-all", "--threshold", "0",
                  "--output", tmp_path / "f.parquet")
     assert 0 < other["tokens_computed"] < other["tokens_naive"] and other["tokens_reused"]["answers"] == 0
     # a classify: its labels are part of the question
-    cls = ["classify", docs, "--text-column", "text", "--label", "nature", "--label", "money", "--answer-store"]
+    cls = ["classify", docs, "--text-column", "text", "--label", "nature", "--label", "money"]
     first = _run(tmp_path, tiny_model_dir, *cls, "--output", tmp_path / "g.parquet")
     again = _run(tmp_path, tiny_model_dir, *cls, "--output", tmp_path / "h.parquet")
-    assert first["tokens_computed"] > 0 and again["tokens_computed"] == 0
+    assert first["tokens_computed"] > 0 and again["tokens_computed"] == again["predicted"]["tokens_computed"] == 0
     _close(tmp_path / "g.parquet", tmp_path / "h.parquet", ["p_nature", "p_money"])
     relabelled = _run(tmp_path, tiny_model_dir, *cls, "--label", "sport", "--output", tmp_path / "i.parquet")
     assert relabelled["tokens_reused"]["answers"] == 0
+
+
+def test_switched_off_the_accounting_is_as_without_a_store(tmp_path, docs, tiny_model_dir):
+    filt = ["filter", docs, "--text-column", "text", "--predicate", "Is it about a river?", "--output",
+            tmp_path / "a.parquet"]
+    first = _run(tmp_path, tiny_model_dir, *filt, "--no-answer-store")
+    again = _run(tmp_path, tiny_model_dir, *filt, "--no-answer-store")
+    accounting = ("tokens_naive", "tokens_computed", "tokens_reused")
+    assert [first[k] for k in accounting] == [again[k] for k in accounting]
+    assert first["tokens_reused"]["answers"] == 0 and not (tmp_path / "answers.sqlite").exists()

@@ -65,8 +65,8 @@ class QuailHook(BaseHook):
 
     @property
     def answer_store(self) -> bool:
-        """The connection's extra `answer_store`: true, and its tasks use and keep stored answers."""
-        return self._remote()[2].get("answer_store", False) is True
+        """The connection's extra `answer_store`: false, and its tasks neither use nor keep stored answers."""
+        return self._remote()[2].get("answer_store", True) is not False
 
     def client_at(self, location: str) -> WorkerClient:
         """A client for one of the connection's workers (the one a task chose), with its token; with

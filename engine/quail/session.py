@@ -140,6 +140,37 @@ class Session:
     def _store(self, reuse) -> AnswerStore | None:
         return self.answers if _reuse(reuse).answers else None
 
+    def _calibration(self, calibration: str) -> str:
+        return "contextual" if self.calibrating(calibration) else "none"
+
+    def filter_keys(self, questions: list[list[int]], docs: list[list[int]], calibration: str) -> list[list[bytes]]:
+        """The answer store's keys of each document's answer to each predicate."""
+        cal = self._calibration(calibration)
+        return [[answer_key(self.loaded.identity, f"filter\x1f{cal}\x1f{q}", d) for q in questions] for d in docs]
+
+    def classify_keys(self, question: list[int], labels: list[list[int]], docs: list[list[int]],
+                      calibration: str) -> list[bytes]:
+        cal = self._calibration(calibration)
+        return [answer_key(self.loaded.identity, f"classify\x1f{cal}\x1f{question}\x1f{labels}", d) for d in docs]
+
+    @staticmethod
+    def known(store: AnswerStore, keys: list[list[bytes]]) -> list[list[float | None]]:
+        """Per document, each stored answer's single value (a P(yes)), or None."""
+        found = store.get([k for row in keys for k in row])
+        return [[found[k][0] if k in found else None for k in row] for row in keys]
+
+    def _asked(self, docs: list[list[int]], questions, threshold, reuse, retain=None, progress=None, bias=None,
+               limit=None, calibration="auto") -> tuple[FilterResult, Stats]:
+        """run_filter, with the answers the store holds and keeping the new ones."""
+        store = self._store(reuse)
+        keys = self.filter_keys(questions, docs, calibration) if store is not None else None
+        result, stats = run_filter(self.engine, docs, questions, self.layout.answers, threshold, limit, _reuse(reuse),
+                                   _retain(retain), progress, bias, self.known(store, keys) if keys else None)
+        if keys:
+            store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.stored
+                      for k, p in enumerate(raw) if p is not None)
+        return result, stats
+
     def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
                progress=None, rows=None, calibration="auto") -> tuple[FilterResult, Stats]:
         """calibration: "contextual" divides each predicate's content-free P(yes) out (ops/calibration.py)."""
@@ -147,39 +178,34 @@ class Session:
         docs = self.documents(texts, self.layout.documents, max(map(len, questions)), truncate, rows)
         bias, probe_stats = None, None
         if self.calibrating(calibration):  # threshold 0: the content-free documents are asked every predicate
-            probe, probe_stats = run_filter(self.engine, self.content_free(), questions, self.layout.answers, 0.0,
-                                            reuse=_reuse(reuse))
+            probe, probe_stats = self._asked(self.content_free(), questions, 0.0, reuse, calibration=calibration)
             bias = column_means(probe.p_yes)
-        store, keys, known = self._store(reuse), None, None
-        if store is not None:  # each predicate's raw P(yes), by model, predicate and document
-            keys = [[answer_key(self.loaded.identity, f"filter\x1f{q}", d) for q in questions] for d in docs.tokens]
-            found = store.get([k for row in keys for k in row])
-            known = [[found[k][0] if k in found else None for k in row] for row in keys]
-        result, stats = run_filter(self.engine, docs.tokens, questions, self.layout.answers, threshold, limit,
-                                   _reuse(reuse), _retain(retain), progress, bias, known)
-        if store is not None:
-            store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.stored
-                      for k, p in enumerate(raw) if p is not None)
+        result, stats = self._asked(docs.tokens, questions, threshold, reuse, retain, progress, bias, limit,
+                                    calibration)
         stats.rows_truncated = docs.truncated
         return result, stats.merge(probe_stats) if probe_stats else stats
+
+    def _labelled(self, docs: list[list[int]], q, label_tokens, reuse, retain=None, progress=None,
+                  calibration="auto") -> tuple[ClassifyResult, Stats]:
+        """run_classify, with the answers the store holds and keeping the new ones."""
+        store = self._store(reuse)
+        keys = self.classify_keys(q, label_tokens, docs, calibration) if store is not None else None
+        found = store.get(keys) if keys else {}
+        result, stats = run_classify(self.engine, docs, q, label_tokens, _reuse(reuse), _retain(retain), progress,
+                                     [found.get(k) for k in keys] if keys else None)
+        if keys:
+            store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.stored)
+        return result, stats
 
     def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
                  progress=None, rows=None, calibration="auto") -> tuple[ClassifyResult, Stats]:
         q = self.layout.label_question(question or DEFAULT_QUESTION, labels)
         label_tokens = [self.layout.label(label) for label in labels]
         docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
-        store, keys, known = self._store(reuse), None, None
-        if store is not None:  # the labels' raw probabilities, by model, question, labels and document
-            keys = [answer_key(self.loaded.identity, f"classify\x1f{q}\x1f{label_tokens}", d) for d in docs.tokens]
-            found = store.get(keys)
-            known = [found.get(k) for k in keys]
-        result, stats = run_classify(self.engine, docs.tokens, q, label_tokens, _reuse(reuse), _retain(retain),
-                                     progress, known)
-        if store is not None:
-            store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.stored)
+        result, stats = self._labelled(docs.tokens, q, label_tokens, reuse, retain, progress, calibration)
         stats.rows_truncated = docs.truncated
         if self.calibrating(calibration):
-            probe, probe_stats = run_classify(self.engine, self.content_free(), q, label_tokens, _reuse(reuse))
+            probe, probe_stats = self._labelled(self.content_free(), q, label_tokens, reuse, calibration=calibration)
             bias = column_means(probe.probabilities)
             result.probabilities = [labels_given(p, bias) for p in result.probabilities]
             result.labels = [max(range(len(p)), key=p.__getitem__) for p in result.probabilities]

@@ -74,7 +74,7 @@ def scratch(tiny_llama, threshold):
 
 
 @pytest.mark.parametrize("pages", [512, 64])
-@pytest.mark.parametrize("reuse", COMBINATIONS, ids=lambda r: "".join("RSTB"[i] if v else "-" for i, v in
+@pytest.mark.parametrize("reuse", COMBINATIONS, ids=lambda r: "".join("RSTBA"[i] if v else "-" for i, v in
                                                                        enumerate(vars(r).values())))
 def test_answers_do_not_depend_on_reuse(tiny_llama, threshold, scratch, reuse, pages):
     engine = Engine(tiny_llama, PhysicalPlan(arena_pages=pages, max_batch_tokens=256))

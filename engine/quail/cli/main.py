@@ -71,8 +71,8 @@ def _run_options() -> argparse.ArgumentParser:
     p.add_argument("--no-prefix-sharing", action="store_true", help="switch prefix sharing off")
     p.add_argument("--no-retention", action="store_true", help="keep no KV for later operators")
     p.add_argument("--no-borrowing", action="store_true", help="admission never takes retained KV's pages")
-    p.add_argument("--answer-store", action="store_true",
-                   help="look answers up in the answer store and keep new ones there (`quail answers`)")
+    p.add_argument("--no-answer-store", action="store_true",
+                   help="neither look answers up in the answer store nor keep new ones (`quail answers`)")
     p.add_argument("--on-null", choices=["fail", "skip"], default="fail", help="NULL or empty text")
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
     p.add_argument("--window-rows", type=at_least(1), default=DEFAULT_WINDOW_ROWS,
@@ -137,8 +137,7 @@ def parser() -> argparse.ArgumentParser:
                                         "under $QUAIL_HOME/worker for a port, for this user only")
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
-    w.add_argument("--no-answer-store", action="store_true",
-                   help="keep no answers across jobs and restarts, even for jobs that ask for it")
+    w.add_argument("--no-answer-store", action="store_true", help="keep no answers across jobs and restarts")
     w.add_argument("--max-jobs", type=at_least(1), default=8, help="jobs computed at once, batched into the same passes")
 
     a = sub.add_parser("answers", help="the answer store: what it holds, or empty it")
@@ -303,7 +302,7 @@ def run(argv=None) -> int:
     torch.set_num_threads(_threads(args))
     reuse = Reuse.none() if args.no_reuse else Reuse(not args.no_rewind, not args.no_prefix_sharing,
                                                       not args.no_retention, not args.no_borrowing,
-                                                      args.answer_store)
+                                                      not args.no_answer_store)
     plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
                      retention_on=reuse.retention)
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows)

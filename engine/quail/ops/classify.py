@@ -83,6 +83,13 @@ def _scratch(engine: Engine, doc, question, labels, retain):
     return program
 
 
+def prompt_extras(question: list[int], labels: list[list[int]]) -> list[int]:
+    """The tokens after the document of each prompt a from-scratch run evaluates: the question, if
+    some label is one token, and the question with each longer label but its last token."""
+    single = any(len(label) == 1 for label in labels)
+    return [len(question)] * single + [len(question) + len(label) - 1 for label in labels if len(label) > 1]
+
+
 def run_classify(
     engine: Engine,
     docs: list[list[int]],
@@ -99,9 +106,7 @@ def run_classify(
     if stored:
         todo = [i for i in range(len(docs)) if i not in stored]
         result, stats = run_classify(engine, [docs[i] for i in todo], question, labels, reuse, retain, progress)
-        single = any(len(label) == 1 for label in labels)  # the prompts each document stands for
-        extras = [len(question)] * single + [len(question) + len(label) - 1 for label in labels if len(label) > 1]
-        credit_stored(stats, [(len(docs[i]) + e, None) for i in stored for e in extras])
+        credit_stored(stats, [(len(docs[i]) + e, None) for i in stored for e in prompt_extras(question, labels)])
         if progress is not None:
             progress(len(stored), 0)
         probs = merge(len(docs), stored, result.probabilities)

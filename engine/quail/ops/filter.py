@@ -81,7 +81,7 @@ def _scratch(engine: Engine, doc, questions, answers, threshold, retain, bias):
     return program
 
 
-def _decided(raw: list[float | None], questions, threshold: float, bias) -> list[float] | None:
+def decided(raw: list[float | None], questions, threshold: float, bias) -> list[float] | None:
     """The raw P(yes) that decide a row under this threshold (chain mode stops at the first that
     fails), if the stored ones reach that far; else None."""
     for k in range(len(questions)):
@@ -109,19 +109,19 @@ def run_filter(
     threshold; None: the model's raw P(yes). known: per document, the raw P(yes) of each predicate
     that the answer store holds (None where it holds none): a document its stored answers decide
     is not computed. Not with a limit, which needs every row in input order."""
-    decided = {} if known is None or limit is not None else \
-        {i: raw for i, k in enumerate(known) if (raw := _decided(k, questions, threshold, bias)) is not None}
-    if decided:
-        todo = [i for i in range(len(docs)) if i not in decided]
+    answered = {} if known is None or limit is not None else \
+        {i: raw for i, k in enumerate(known) if (raw := decided(k, questions, threshold, bias)) is not None}
+    if answered:
+        todo = [i for i in range(len(docs)) if i not in answered]
         result, stats = run_filter(engine, [docs[i] for i in todo], questions, answers, threshold, None, reuse, retain,
                                    progress, bias)
         credit_stored(stats, [(len(docs[i]) + len(questions[k]), f"predicate_{k + 1}")
-                              for i, raw in decided.items() for k in range(len(raw))])
+                              for i, raw in answered.items() for k in range(len(raw))])
         if progress is not None:
-            progress(len(decided), 0)
-        raws = merge(len(docs), {i: raw + [None] * (len(questions) - len(raw)) for i, raw in decided.items()},
+            progress(len(answered), 0)
+        raws = merge(len(docs), {i: raw + [None] * (len(questions) - len(raw)) for i, raw in answered.items()},
                      result.raw_p_yes)
-        merged = FilterResult(raw_p_yes=raws, stored=set(decided))
+        merged = FilterResult(raw_p_yes=raws, stored=set(answered))
         for raw in raws:
             asked = [p for p in raw if p is not None]
             p = _calibrated(asked, bias) + [None] * (len(questions) - len(asked))

@@ -42,24 +42,29 @@ def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partner
     return t
 
 
-def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str], truncate: bool) -> Prediction:
+def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str], truncate: bool,
+            answers: bool) -> Prediction:
     """Contextual calibration's content-free prompts, where the session's model calibrates: each
-    call (window) asks them again."""
+    call (window) asks them again, or finds them in the answer store."""
     if not session.calibrating(spec.calibration):
         return Prediction()
     probes = _tokens(session, spec, session.content_free(), partners, truncate)
-    return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size)
+    stored = runtime_of(spec.kind).stored(session, spec, probes.docs, True) if answers else {}
+    return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size, stored)
 
 
 def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[int]], partners: list[str],
-            reached: bool = False, truncate: bool = False) -> Prediction:
+            reached: bool = False, truncate: bool = False, answers: bool = True) -> Prediction:
     """The plan's expected accounting of `spec` over these documents (`session.layout.documents`,
     and a join's partners); `reached`: they are the rows that reached it, not the rows of its
     source table; `truncate`: documents are cut to the context, as the run will cut them. A
-    cascade's larger model is predicted once its rows are known (`predict_escalated`)."""
+    cascade's larger model is predicted once its rows are known (`predict_escalated`). `answers`:
+    the job uses the session's answer store, if it has one: what it holds is counted as reused."""
+    answers = answers and session.answers is not None
     t = _tokens(session, spec, docs, partners, truncate)
-    p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached)
-    p.add(_probes(session, plan, spec, partners, truncate))
+    stored = runtime_of(spec.kind).stored(session, spec, t.docs, False) if answers else {}
+    p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached, stored)
+    p.add(_probes(session, plan, spec, partners, truncate, answers))
     return p
 
 
@@ -75,5 +80,5 @@ def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers:
         return Prediction()
     t = _tokens(large, spec, large.layout.documents(taken), [], truncate)
     p = predict_fresh(plan[spec.name], spec.kind, t, large.engine.plan.page_size)
-    p.add(_probes(large, plan, spec, [], truncate))
+    p.add(_probes(large, plan, spec, [], truncate, False))
     return p

@@ -7,7 +7,7 @@ retention assumes the arena holds what the plan retains, and a row that passed a
 read by the consumers that follow it.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quail.constants import MECHANISMS
 from quail.kinds import kind_of
@@ -50,11 +50,12 @@ def predict(plan: Plan, tokens: dict[str, OperatorTokens], page_size: int = 16) 
 
 
 def predict_operator(plan: Plan, name: str, t: OperatorTokens, page_size: int = 16,
-                     reached: bool = False) -> Prediction:
+                     reached: bool = False, stored: dict[int, int] | None = None) -> Prediction:
     """The expected accounting of one operator over the documents in `t`; additive over disjoint
     sets of documents (windows), as the sharing plan is made per window. `reached`: the documents
     are the rows that reached the operator (a job's), not the rows of its source table, which reach
-    it with the selectivity of the filters before it."""
+    it with the selectivity of the filters before it. `stored`: the documents the answer store
+    answers, with the tokens of the prompts each stands for."""
     specs = list(plan.specs)
     k = next(i for i, s in enumerate(specs) if s.name == name)
     spec, op, kind = specs[k], plan[name], kind_of(specs[k].kind)
@@ -71,13 +72,27 @@ def predict_operator(plan: Plan, name: str, t: OperatorTokens, page_size: int = 
         lx = lines[x.name]
         kept = lx.filters if keep.failed > 0 or not kind_of(x.kind).narrows else lx.filters | {x.name}
         held = max(held, _product(sel[f] for f in kept | line.filters) / max(upstream, 1e-12))
-    return _accounting(t, kind.prompts(t, sel.get(spec.name)), op, reach, held, page_size)
+    return _with_stored(t, stored, reach, lambda rest: _accounting(rest, kind.prompts(rest, sel.get(spec.name)), op,
+                                                                   reach, held, page_size))
 
 
-def predict_calibration(op: OperatorPlan, kind: str, probes: OperatorTokens, page_size: int = 16) -> Prediction:
+def predict_calibration(op: OperatorPlan, kind: str, probes: OperatorTokens, page_size: int = 16,
+                        stored: dict[int, int] | None = None) -> Prediction:
     """The content-free prompts of contextual calibration (`probes`: the operator's tokens over the
     content-free documents): asked every question whatever the rows, and never retained."""
-    return _accounting(probes, kind_of(kind).prompts(probes, 1.0), op, 1.0, 0.0, page_size)
+    return _with_stored(probes, stored, 1.0,
+                        lambda rest: _accounting(rest, kind_of(kind).prompts(rest, 1.0), op, 1.0, 0.0, page_size))
+
+
+def _with_stored(t: OperatorTokens, stored: dict[int, int] | None, reach: float, predict) -> Prediction:
+    """The prediction over the documents the store does not answer, and the stored ones' prompts as
+    reused by `answers`."""
+    if not stored:
+        return predict(t)
+    p = predict(replace(t, docs=[d for i, d in enumerate(t.docs) if i not in stored]))
+    p.tokens_naive += reach * sum(stored.values())
+    p.tokens_reused["answers"] += reach * sum(stored.values())
+    return p
 
 
 def predict_fresh(op: OperatorPlan, kind: str, t: OperatorTokens, page_size: int = 16) -> Prediction:

@@ -41,6 +41,11 @@ class KindRuntime:
         """The rows of these answers that count toward a row limit."""
         return answers.num_rows
 
+    def stored(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], probes: bool) -> dict[int, int]:
+        """Prediction's view of the answer store: the documents (a calibration's content-free ones,
+        with `probes`) that the run will answer from it, with the tokens of the prompts each stands for."""
+        return {}
+
     def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
         """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""
         return None

@@ -3,6 +3,7 @@
 import pyarrow as pa
 
 from quail.kinds.classify import Classify
+from quail.ops.classify import prompt_extras
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -19,6 +20,14 @@ class ClassifyRuntime(KindRuntime):
         for k, label in enumerate(labels):
             columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
         return pa.table(columns), stats
+
+    def stored(self, session, spec, docs, probes):
+        q = session.layout.label_question(spec.questions[0], list(spec.labels))
+        labels = [session.layout.label(x) for x in spec.labels]
+        keys = session.classify_keys(q, labels, docs, spec.calibration)
+        found = session.answers.get(keys)
+        extras = prompt_extras(q, labels)
+        return {i: sum(len(doc) + e for e in extras) for i, (doc, k) in enumerate(zip(docs, keys)) if k in found}
 
     def shape(self, spec, answers, tables, source):
         [table] = tables

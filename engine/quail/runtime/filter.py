@@ -5,6 +5,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.kinds.filter import Filter
+from quail.ops.calibration import column_means
+from quail.ops.filter import decided
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -34,6 +36,21 @@ class FilterRuntime(KindRuntime):
             for k in range(len(spec.questions)):
                 columns[f"p_yes_raw_{k + 1}"] = pa.array([p[k] for p in r.raw_p_yes], pa.float64())
         return pa.table(columns), stats
+
+    def stored(self, session, spec, docs, probes):
+        if spec.limit is not None:  # a row limit computes every row in order
+            return {}
+        questions = [session.layout.yes_no_question(p) for p in spec.questions]
+        threshold, bias = (0.0, None) if probes else (spec.threshold, None)
+        if not probes and session.calibrating(spec.calibration):  # the bias, from the stored probes
+            asked = session.known(session.answers, session.filter_keys(questions, session.content_free(),
+                                                                       spec.calibration))
+            if any(p is None for row in asked for p in row):
+                return {}
+            bias = column_means(asked)
+        known = session.known(session.answers, session.filter_keys(questions, docs, spec.calibration))
+        return {i: sum(len(doc) + len(questions[k]) for k in range(len(raw))) for i, (doc, row) in
+                enumerate(zip(docs, known)) if (raw := decided(row, questions, threshold, bias)) is not None}
 
     def shape(self, spec, answers, tables, source):
         [table] = tables

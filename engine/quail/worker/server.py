@@ -28,9 +28,8 @@ from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.runtime import runtime_of
 from quail.pipeline.compute import compute, predict, predict_escalated
-from quail.planner.predict import Prediction
 from quail.session import Session
-from quail.worker.jobs import Job, Submission
+from quail.worker.jobs import Job
 from quail.worker.locations import socket_path
 from quail.worker.protocol import content_digest, documents_digest, parse_submit, split_documents
 
@@ -211,15 +210,6 @@ class Worker(flight.FlightServerBase):
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
                 "cascade_models": sorted(self.session.peers)}
 
-    def _predict(self, sub: Submission, docs: list[list[int]], inputs: list[tuple[list[str], list[int]]],
-                 answers: pa.Table) -> Prediction:
-        """The plan's expected accounting of the job's documents, beside the actual: the figures the
-        planner decided on, checked run by run."""
-        partners = inputs[1][0] if len(inputs) > 1 else []
-        p = predict(self.session, sub.dag_plan, sub.spec, docs, partners, reached=True)
-        p.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, inputs[0][0]))
-        return p
-
     # the job loop
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -249,9 +239,14 @@ class Worker(flight.FlightServerBase):
 
         try:
             sub = job.submission
+            partners = job.inputs[1][0] if len(job.inputs) > 1 else []
+            # before computing: what the answer store holds now, not what the job adds to it
+            predicted = predict(self.session, sub.dag_plan, sub.spec, job.docs, partners, reached=True,
+                                answers=sub.reuse.answers)
             answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
                                      scope=sub.identity.scope)
-            job.predicted = self._predict(sub, job.docs, job.inputs, answers).rounded()
+            predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, job.inputs[0][0]))
+            job.predicted = predicted.rounded()
             if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)

@@ -175,3 +175,15 @@ def test_switched_off_the_accounting_is_as_without_a_store(tmp_path, docs, tiny_
     accounting = ("tokens_naive", "tokens_computed", "tokens_reused")
     assert [first[k] for k in accounting] == [again[k] for k in accounting]
     assert first["tokens_reused"]["answers"] == 0 and not (tmp_path / "answers.sqlite").exists()
+
+
+def test_a_joins_pairs_are_stored_and_found_again(tmp_path, docs, tiny_model_dir):
+    right = tmp_path / "right.parquet"
+    pq.write_table(pa.table({"name": ["rivers", "money", "space travel"]}), right)
+    join = ["join", docs, right, "--left-column", "text", "--right-column", "name", "--condition",
+            "The document is about the topic.", "--threshold", "0"]
+    first = _run(tmp_path, tiny_model_dir, *join, "--output", tmp_path / "a.parquet")
+    again = _run(tmp_path, tiny_model_dir, *join, "--output", tmp_path / "b.parquet")
+    assert first["tokens_computed"] > 0 and again["tokens_computed"] == again["predicted"]["tokens_computed"] == 0
+    assert again["tokens_reused"]["answers"] == again["tokens_naive"] == first["tokens_naive"]
+    _close(tmp_path / "a.parquet", tmp_path / "b.parquet", ["p_yes"])

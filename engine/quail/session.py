@@ -212,6 +212,25 @@ class Session:
             stats.merge(probe_stats)
         return result, stats
 
+    def join_keys(self, condition: list[int], anchors: list[list[int]], partners: list[list[int]],
+                  calibration: str) -> list[list[bytes]]:
+        """The answer store's keys of each pair: a left row, then a right row."""
+        cal = self._calibration(calibration)
+        return [[answer_key(self.loaded.identity, f"join\x1f{cal}\x1f{condition}", a + [-1] + p) for p in partners]
+                for a in anchors]
+
+    def _paired(self, anchors, partners, cond, reuse, retain=None, progress=None,
+                calibration="auto") -> tuple[JoinResult, Stats]:
+        """run_join, with the answers the store holds and keeping the new ones."""
+        store = self._store(reuse)
+        keys = self.join_keys(cond, anchors, partners, calibration) if store is not None and partners else None
+        result, stats = run_join(self.engine, anchors, partners, cond, self.layout.answers, _reuse(reuse),
+                                 _retain(retain), progress, self.known(store, keys) if keys else None)
+        if keys:
+            store.put((keys[i][j], [p]) for i, row in enumerate(result.p_yes) if i not in result.stored
+                      for j, p in enumerate(row))
+        return result, stats
+
     def join(self, left, right, condition, reuse=True, retain=None, truncate=False, progress=None, left_rows=None,
              right_rows=None, calibration="auto", partner=SECOND) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
@@ -221,12 +240,11 @@ class Session:
         partners = self.documents(right, lambda texts: self.layout.partners(texts, partner), self.context - half,
                                   truncate, right_rows, "right row")
         anchors = self.documents(left, self.layout.documents, half + len(cond), truncate, left_rows, "left row")
-        result, stats = run_join(self.engine, anchors.tokens, partners.tokens, cond, self.layout.answers,
-                                 _reuse(reuse), _retain(retain), progress)
+        result, stats = self._paired(anchors.tokens, partners.tokens, cond, reuse, retain, progress, calibration)
         stats.rows_truncated = anchors.truncated + partners.truncated
         if self.calibrating(calibration):
-            probe, probe_stats = run_join(self.engine, self.content_free(), partners.tokens, cond,
-                                          self.layout.answers, _reuse(reuse))
+            probe, probe_stats = self._paired(self.content_free(), partners.tokens, cond, reuse,
+                                              calibration=calibration)
             bias = column_means(probe.p_yes)
             result.p_yes = [[yes_given(p, b) for p, b in zip(row, bias)] for row in result.p_yes]
             stats.merge(probe_stats)

@@ -11,12 +11,14 @@ from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.answers import p_yes
 from quail.ops.prompts import AnswerTokens
+from quail.ops.stored import credit_stored, merge
 from quail.planner.prefix_tree import stem
 
 
 @dataclass
 class JoinResult:
     p_yes: list[list[float]] = field(default_factory=list)  # [left row][right row]
+    stored: set[int] = field(default_factory=set)  # left rows answered from the answer store
 
 
 def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, retain):
@@ -83,7 +85,19 @@ def run_join(
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
     progress=None,
+    known: list[list[float | None]] | None = None,
 ) -> tuple[JoinResult, Stats]:
+    """known: per left row, each pair's P(yes) that the answer store holds, or None: a left row with
+    every pair stored is not computed."""
+    answered = {i: row for i, row in enumerate(known or []) if row and None not in row}
+    if answered:
+        todo = [i for i in range(len(anchors)) if i not in answered]
+        result, stats = run_join(engine, [anchors[i] for i in todo], partner_docs, condition, answers, reuse, retain,
+                                 progress)
+        credit_stored(stats, [(len(anchors[i]) + len(p) + len(condition), None) for i in answered for p in partner_docs])
+        if progress is not None:
+            progress(len(answered), 0)
+        return JoinResult(merge(len(anchors), answered, result.p_yes), set(answered)), stats
     partners = [p + condition for p in partner_docs]
     n_doc = [len(p) for p in partner_docs]
     longest = max((len(p) for p in partners), default=0)

@@ -49,7 +49,7 @@ def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str
     if not session.calibrating(spec.calibration):
         return Prediction()
     probes = _tokens(session, spec, session.content_free(), partners, truncate)
-    stored = runtime_of(spec.kind).stored(session, spec, probes.docs, True) if answers else {}
+    stored = runtime_of(spec.kind).stored(session, spec, probes.docs, partners, True) if answers else {}
     return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size, stored)
 
 
@@ -62,7 +62,7 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     the job uses the session's answer store, if it has one: what it holds is counted as reused."""
     answers = answers and session.answers is not None
     t = _tokens(session, spec, docs, partners, truncate)
-    stored = runtime_of(spec.kind).stored(session, spec, t.docs, False) if answers else {}
+    stored = runtime_of(spec.kind).stored(session, spec, t.docs, partners, False) if answers else {}
     p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached, stored)
     p.add(_probes(session, plan, spec, partners, truncate, answers))
     return p

@@ -41,7 +41,8 @@ class KindRuntime:
         """The rows of these answers that count toward a row limit."""
         return answers.num_rows
 
-    def stored(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], probes: bool) -> dict[int, int]:
+    def stored(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+               probes: bool) -> dict[int, int]:
         """Prediction's view of the answer store: the documents (a calibration's content-free ones,
         with `probes`) that the run will answer from it, with the tokens of the prompts each stands for."""
         return {}

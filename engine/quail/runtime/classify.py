@@ -21,7 +21,7 @@ class ClassifyRuntime(KindRuntime):
             columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
         return pa.table(columns), stats
 
-    def stored(self, session, spec, docs, probes):
+    def stored(self, session, spec, docs, partners, probes):
         q = session.layout.label_question(spec.questions[0], list(spec.labels))
         labels = [session.layout.label(x) for x in spec.labels]
         keys = session.classify_keys(q, labels, docs, spec.calibration)

@@ -21,6 +21,16 @@ class JoinRuntime(KindRuntime):
                          "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
                          "rank": pa.array([k for _, _, _, k in pairs], pa.int32())}), stats
 
+    def stored(self, session, spec, docs, partners, probes):
+        if not partners:
+            return {}
+        name = partner(spec)
+        cond = session.layout.pair_question(spec.questions[0], name)
+        rights = session.layout.partners(partners, name)
+        known = session.known(session.answers, session.join_keys(cond, docs, rights, spec.calibration))
+        return {i: sum(len(doc) + len(r) + len(cond) for r in rights) for i, (doc, row) in enumerate(zip(docs, known))
+                if None not in row}
+
     def shape(self, spec, answers, tables, source):
         left, right = tables
         lt, rt = left.take(answers.column("left_row")), right.take(answers.column("right_row"))

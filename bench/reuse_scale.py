@@ -8,7 +8,12 @@ Reports, per table size, the classify's tokens computed against its floor (the t
 questions and labels alone: what it computes when every document comes from retention), the share
 of its documents' tokens reused from retention, rows/s of the whole pipeline and its peak RSS.
 
+Then, with `--rerun`, the next day's run: the same pipeline over the table with 1% of its rows
+changed, with the answer store the first run filled. Reported: its tokens computed and its time
+against the first run's.
+
     python bench/reuse_scale.py 2000 16000 128000
+    python bench/reuse_scale.py --rerun 16000
     python bench/reuse_scale.py --device cuda --arena-pages 200000 1000000
 """
 
@@ -18,12 +23,27 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from scale import OUT, PEAK_RSS, table, tiny_model
 
+STORE = OUT / "answers.sqlite"
 
-def run(rows: int, arena_pages: int, device: str) -> dict:
-    data = table(OUT / f"docs-{rows}.parquet", rows, "tiny")
+
+def changed(data: Path, share: float = 0.01) -> Path:
+    """The table with every (1/share)-th row's text changed: the next day's data."""
+    t = pq.read_table(data)
+    step = round(1 / share)
+    texts = [x + " storm" if i % step == 0 else x for i, x in enumerate(t.column("text").to_pylist())]
+    out = data.with_name(data.stem + "-changed.parquet")
+    pq.write_table(t.set_column(t.schema.get_field_index("text"), "text", pa.array(texts)), out)
+    return out
+
+
+def run(rows: int, arena_pages: int, device: str, data: Path | None = None) -> dict:
+    data = data or table(OUT / f"docs-{rows}.parquet", rows, "tiny")
     model = tiny_model(OUT / "tiny-llama")
     pipeline = OUT / f"reuse-{rows}.yaml"
     outputs = {name: OUT / f"reuse-{rows}-{name}.parquet" for name in ("kept", "topic")}
@@ -39,7 +59,8 @@ def run(rows: int, arena_pages: int, device: str) -> dict:
            "--arena-pages", str(arena_pages), "--device", device]
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", PEAK_RSS, *cmd], check=True, stdout=subprocess.PIPE, text=True,
-                          stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+                          stderr=subprocess.DEVNULL,
+                          env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE", QUAIL_ANSWER_STORE=str(STORE)))
     seconds = time.perf_counter() - start
     kept, topic = (json.loads(stats[name].read_text()) for name in ("kept", "topic"))
     documents = topic["document_tokens_computed"] + topic["tokens_reused"]["retention"] + topic["tokens_reused"]["prefix"]
@@ -49,7 +70,9 @@ def run(rows: int, arena_pages: int, device: str) -> dict:
             "filter_tokens_computed": kept["tokens_computed"], "classify_tokens_computed": topic["tokens_computed"],
             "classify_floor": floor, "classify_over_floor": round(topic["tokens_computed"] / floor, 3),
             "classify_retention": topic["tokens_reused"]["retention"],
-            "classify_documents_reused": round(topic["tokens_reused"]["retention"] / documents, 3)}
+            "classify_documents_reused": round(topic["tokens_reused"]["retention"] / max(documents, 1), 3),
+            "tokens_computed": kept["tokens_computed"] + topic["tokens_computed"],
+            "answers_reused": kept["tokens_reused"]["answers"] + topic["tokens_reused"]["answers"]}
 
 
 def main() -> None:
@@ -57,9 +80,19 @@ def main() -> None:
     ap.add_argument("sizes", nargs="+", type=int)
     ap.add_argument("--arena-pages", type=int, default=1200)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--rerun", action="store_true", help="then run again over the table with 1%% of rows changed")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    results = [run(n, args.arena_pages, args.device) for n in args.sizes]
+    results = []
+    for n in args.sizes:
+        for path in OUT.glob(STORE.name + "*"):
+            path.unlink()  # a cold store: the first run computes everything
+        results.append(first := run(n, args.arena_pages, args.device))
+        if args.rerun:
+            again = run(n, args.arena_pages, args.device, changed(table(OUT / f"docs-{n}.parquet", n, "tiny")))
+            again["rerun_tokens_share"] = round(again["tokens_computed"] / first["tokens_computed"], 4)
+            again["rerun_time_share"] = round(again["seconds"] / first["seconds"], 3)
+            results.append(again)
     for r in results:
         print(json.dumps(r))
     (OUT / f"reuse-results-{args.device}.json").write_text(json.dumps(results, indent=1))

@@ -96,7 +96,7 @@ def test_two_processes_share_one_store(tmp_path):
 
 
 def test_the_store_is_bounded_and_forgets_the_least_recently_used(tmp_path):
-    store = AnswerStore(tmp_path / "a.sqlite", max_bytes=400_000)
+    store = AnswerStore(tmp_path / "a.sqlite", max_bytes=400_000, touch_every=0)
     first = [(answer_key("m", "q", [i]), [0.5] * 8) for i in range(200)]
     store.put(first)
     for lo in range(1000, 9000, 500):

@@ -48,9 +48,12 @@ def answer_key(model: str, question: str, document: list[int]) -> bytes:
 
 
 class AnswerStore:
-    def __init__(self, path: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, path: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES, touch_every: float = 3600.0):
+        """touch_every: seconds; an answer's last use is recorded no more often, so that looking up
+        seldom means writing."""
         self.path = Path(path) if path is not None else default_path()
         self.max_bytes = max_bytes
+        self.touch_ns = int(touch_every * 1e9)
         self.writable = True
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
         self._db = self._open()
@@ -65,6 +68,7 @@ class AnswerStore:
             try:
                 db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
                 db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode still safe against a killed process
                 if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                     raise sqlite3.DatabaseError("quick_check failed")
                 for statement in SCHEMA:
@@ -101,22 +105,30 @@ class AnswerStore:
         for suffix in ("-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
-    def get(self, keys: list[bytes]) -> dict[bytes, list]:
-        """The stored answers among `keys`; marks them used."""
+    def get(self, keys: list[bytes], touch: bool = True) -> dict[bytes, list]:
+        """The stored answers among `keys`. `touch`: they count as used now (for the LRU bound)."""
         if self._db is None or not keys:
             return {}
         found: dict[bytes, list] = {}
+        now = time.time_ns()
+        stale = []
         with self._lock:
             try:
                 for lo in range(0, len(keys), BATCH):
                     part = keys[lo : lo + BATCH]
-                    rows = self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({','.join('?' * len(part))})",
-                                            part).fetchall()
-                    found.update((bytes(k), json.loads(v)) for k, v in rows)
-                if found and self.writable:
-                    now = time.time_ns()
-                    self._db.executemany("UPDATE answers SET used = ? WHERE key = ?", [(now, k) for k in found])
+                    rows = self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
+                                            f"({','.join('?' * len(part))})", part).fetchall()
+                    for k, v, used in rows:
+                        found[bytes(k)] = json.loads(v)
+                        if used < now - self.touch_ns:
+                            stale.append(k)
+                if touch and stale and self.writable:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    self._db.executemany("UPDATE answers SET used = ? WHERE key = ?", [(now, k) for k in stale])
+                    self._db.execute("COMMIT")
             except sqlite3.Error as e:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 self._failed("read", e)
         return found
 

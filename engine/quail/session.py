@@ -154,9 +154,9 @@ class Session:
         return [answer_key(self.loaded.identity, f"classify\x1f{cal}\x1f{question}\x1f{labels}", d) for d in docs]
 
     @staticmethod
-    def known(store: AnswerStore, keys: list[list[bytes]]) -> list[list[float | None]]:
+    def known(store: AnswerStore, keys: list[list[bytes]], touch: bool = True) -> list[list[float | None]]:
         """Per document, each stored answer's single value (a P(yes)), or None."""
-        found = store.get([k for row in keys for k in row])
+        found = store.get([k for row in keys for k in row], touch)
         return [[found[k][0] if k in found else None for k in row] for row in keys]
 
     def _asked(self, docs: list[list[int]], questions, threshold, reuse, retain=None, progress=None, bias=None,

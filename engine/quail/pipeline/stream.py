@@ -36,7 +36,7 @@ class TableSource:
         else:
             file = pq.ParquetFile(self.source)
             self._schema = file.schema_arrow
-            yield from file.iter_batches(batch_size=rows)
+            yield from file.iter_batches(batch_size=max(rows, DEFAULT_WINDOW_ROWS))  # windows slice them
 
     def _open_csv(self):
         return pacsv.open_csv(self.source, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES))

@@ -25,7 +25,7 @@ class ClassifyRuntime(KindRuntime):
         q = session.layout.label_question(spec.questions[0], list(spec.labels))
         labels = [session.layout.label(x) for x in spec.labels]
         keys = session.classify_keys(q, labels, docs, spec.calibration)
-        found = session.answers.get(keys)
+        found = session.answers.get(keys, touch=False)
         extras = prompt_extras(q, labels)
         return {i: sum(len(doc) + e for e in extras) for i, (doc, k) in enumerate(zip(docs, keys)) if k in found}
 

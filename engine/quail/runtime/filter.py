@@ -44,11 +44,11 @@ class FilterRuntime(KindRuntime):
         threshold, bias = (0.0, None) if probes else (spec.threshold, None)
         if not probes and session.calibrating(spec.calibration):  # the bias, from the stored probes
             asked = session.known(session.answers, session.filter_keys(questions, session.content_free(),
-                                                                       spec.calibration))
+                                                                       spec.calibration), False)
             if any(p is None for row in asked for p in row):
                 return {}
             bias = column_means(asked)
-        known = session.known(session.answers, session.filter_keys(questions, docs, spec.calibration))
+        known = session.known(session.answers, session.filter_keys(questions, docs, spec.calibration), False)
         return {i: sum(len(doc) + len(questions[k]) for k in range(len(raw))) for i, (doc, row) in
                 enumerate(zip(docs, known)) if (raw := decided(row, questions, threshold, bias)) is not None}
 

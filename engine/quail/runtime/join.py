@@ -27,7 +27,7 @@ class JoinRuntime(KindRuntime):
         name = partner(spec)
         cond = session.layout.pair_question(spec.questions[0], name)
         rights = session.layout.partners(partners, name)
-        known = session.known(session.answers, session.join_keys(cond, docs, rights, spec.calibration))
+        known = session.known(session.answers, session.join_keys(cond, docs, rights, spec.calibration), False)
         return {i: sum(len(doc) + len(r) + len(cond) for r in rights) for i, (doc, row) in enumerate(zip(docs, known))
                 if None not in row}
 

@@ -133,11 +133,13 @@ class BaseLLMOperator(BaseOperator):
             where, spec = check_target(self.target, self.sources()), self.spec()  # before any work
             run = self._task_run(context, where, ended)
             (source, _), *others = self.inputs()
-            started, staged = time.monotonic(), []
+            started, staged, ahead = time.monotonic(), [], {}
 
             def step(window: Window) -> WindowDone:
                 record = self._window(run, window, ended)
                 staged.append((window.k, record["digest"]))
+                for consumer, rows in record.get("ahead", {}).items():
+                    ahead[consumer] = ahead.get(consumer, 0) + rows
                 return WindowDone(record["rows"], record["counted"], Stats.from_dict(record["stats"]),
                                   Prediction.from_dict(record["predicted"]))
 
@@ -152,8 +154,13 @@ class BaseLLMOperator(BaseOperator):
         # the CLI's closing summary, in the task log where Airflow users look
         self.log.info("%s", describe_run(self.task_id, done.stats, done.predicted, done.rows_out, done.rows_in,
                                          self.target))
+        for consumer, rows in ahead.items():
+            self.log.info("computed the answers of %s ahead for %d rows, into the answer store", consumer, rows)
+        if done.stats.tokens_reused.get("answers"):
+            self.log.info("found %d tokens' worth of answers in the answer store", done.stats.tokens_reused["answers"])
         return {"target": self.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,
                 "worker": run.client.location, "stats": done.stats.to_dict(), "predicted": done.predicted.rounded(),
+                "computed_ahead": ahead,
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
 
@@ -206,7 +213,7 @@ class BaseLLMOperator(BaseOperator):
             raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
         table, counted = window.shaped(run.client.fetch(status["job"]), self.sources()[0])
         record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],
-                  "predicted": status["predicted"]}
+                  "predicted": status["predicted"], "ahead": status.get("ahead") or {}}
         run.stage.put(window.k, digest, table, record)
         return record
 

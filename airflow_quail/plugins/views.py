@@ -73,7 +73,7 @@ def predicted_html(tasks: dict[str, dict]) -> str:
     parts = ("computed", *MECHANISMS)
 
     def count(doc: dict, part: str) -> int:
-        return doc["tokens_computed"] if part == "computed" else doc["tokens_reused"][part]
+        return doc["tokens_computed"] if part == "computed" else doc["tokens_reused"].get(part, 0)
 
     rows = []
     for name, m in tasks.items():
@@ -106,7 +106,7 @@ def tokens_svg(tasks: dict[str, dict], width: int = 720, bar: int = 22) -> str:
     for name, m in tasks.items():
         s, x = m["stats"], label
         for part in ("computed", *MECHANISMS):
-            n = s["tokens_computed"] if part == "computed" else s["tokens_reused"][part]
+            n = s["tokens_computed"] if part == "computed" else s["tokens_reused"].get(part, 0)
             w = n * scale
             if w > 0:
                 parts.append(f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{bar}' fill='{COLORS[part]}'>"

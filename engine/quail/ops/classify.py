@@ -9,6 +9,8 @@ from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
+from quail.kinds.base import OperatorTokens
+from quail.kinds.classify import Classify
 from quail.ops.answers import label_probabilities
 from quail.ops.stored import credit_stored, merge
 
@@ -84,10 +86,11 @@ def _scratch(engine: Engine, doc, question, labels, retain):
 
 
 def prompt_extras(question: list[int], labels: list[list[int]]) -> list[int]:
-    """The tokens after the document of each prompt a from-scratch run evaluates: the question, if
-    some label is one token, and the question with each longer label but its last token."""
-    single = any(len(label) == 1 for label in labels)
-    return [len(question)] * single + [len(question) + len(label) - 1 for label in labels if len(label) > 1]
+    """The tokens after the document of each prompt a from-scratch run evaluates (the kind's prompt
+    shape): the question, if some label is one token, and the question with each longer label but
+    its last token."""
+    prompts, _ = Classify().prompts(OperatorTokens([], [len(question)], [len(label) for label in labels]), None)
+    return [extra for _, extra in prompts]
 
 
 def run_classify(

@@ -14,7 +14,7 @@ from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.answers import p_yes
-from quail.ops.calibration import yes_given
+from quail.ops.chain import calibrated, decided, passed
 from quail.ops.prompts import AnswerTokens
 from quail.ops.stored import credit_stored, merge
 from quail.planner.prefix_tree import stem
@@ -26,14 +26,6 @@ class FilterResult:
     passed: list[bool] = field(default_factory=list)
     raw_p_yes: list[list[float | None]] = field(default_factory=list)  # before calibration
     stored: set[int] = field(default_factory=set)  # rows answered from the answer store
-
-
-def _passed(probs: list[float], questions: list, threshold: float) -> bool:
-    return len(probs) == len(questions) and probs[-1] >= threshold
-
-
-def _calibrated(raw: list[float], bias: list[float] | None) -> list[float]:
-    return raw if bias is None else [yes_given(p, b) for p, b in zip(raw, bias)]
 
 
 def _chain(engine: Engine, doc, questions, answers, threshold, retain, bias):
@@ -50,10 +42,10 @@ def _chain(engine: Engine, doc, questions, answers, threshold, retain, bias):
                                    step=f"predicate_{i + 1}")]
             probs.append(p_yes(lp, n_yes))
             engine.cache.rewind(seq, state)
-            if _calibrated(probs, bias)[-1] < threshold:
+            if calibrated(probs, bias)[-1] < threshold:
                 break
         engine.cache.rewind(seq, len(doc))
-        engine.pool.keep_or_release(doc, seq, retain, _passed(_calibrated(probs, bias), questions, threshold))
+        engine.pool.keep_or_release(doc, seq, retain, passed(calibrated(probs, bias), questions, threshold))
         return probs
 
     return program
@@ -72,24 +64,13 @@ def _scratch(engine: Engine, doc, questions, answers, threshold, retain, bias):
                                    step=f"predicate_{i + 1}")]
             engine.cache.release(seq)
             probs.append(p_yes(lp, n_yes))
-            if _calibrated(probs, bias)[-1] < threshold:
+            if calibrated(probs, bias)[-1] < threshold:
                 break
         if base is not None:  # a retained document is handed on even without rewinding
-            engine.pool.keep_or_release(doc, base, retain, _passed(_calibrated(probs, bias), questions, threshold))
+            engine.pool.keep_or_release(doc, base, retain, passed(calibrated(probs, bias), questions, threshold))
         return probs
 
     return program
-
-
-def decided(raw: list[float | None], questions, threshold: float, bias) -> list[float] | None:
-    """The raw P(yes) that decide a row under this threshold (chain mode stops at the first that
-    fails), if the stored ones reach that far; else None."""
-    for k in range(len(questions)):
-        if k >= len(raw) or raw[k] is None:
-            return None
-        if _calibrated(raw[: k + 1], bias)[-1] < threshold:
-            return raw[: k + 1]
-    return raw[: len(questions)]
 
 
 def run_filter(
@@ -124,9 +105,9 @@ def run_filter(
         merged = FilterResult(raw_p_yes=raws, stored=set(answered))
         for raw in raws:
             asked = [p for p in raw if p is not None]
-            p = _calibrated(asked, bias) + [None] * (len(questions) - len(asked))
+            p = calibrated(asked, bias) + [None] * (len(questions) - len(asked))
             merged.p_yes.append(p)
-            merged.passed.append(_passed(p[: len(asked)], questions, threshold))
+            merged.passed.append(passed(p[: len(asked)], questions, threshold))
         return merged, stats
     longest_q = max(len(q) for q in questions)
     retain = retain if reuse.retention else None
@@ -144,10 +125,10 @@ def run_filter(
         probs, stats = engine.run(programs[lo : lo + wave], progress, reuse)
         total = stats if total is None else total.merge(stats)
         for raw in probs:
-            p, unasked = _calibrated(raw, bias), [None] * (len(questions) - len(raw))
+            p, unasked = calibrated(raw, bias), [None] * (len(questions) - len(raw))
             result.p_yes.append(p + unasked)
             result.raw_p_yes.append(raw + unasked)
-            result.passed.append(_passed(p, questions, threshold))
+            result.passed.append(passed(p, questions, threshold))
         if limit is not None and sum(result.passed) >= limit:
             break
     if total is None:

@@ -37,6 +37,10 @@ class KindRuntime:
         i = answers.schema.get_field_index(anchor)
         return answers.set_column(i, anchor, pc.subtract(answers.column(i), pa.scalar(offset, pa.int64())))
 
+    def output_rows(self, spec: OperatorSpec, answers: pa.Table) -> list[int]:
+        """The input rows that the output holds (by row number), for a consumer of its output."""
+        return answers.column(self.kind.anchor).to_pylist()
+
     def counted_rows(self, answers: pa.Table) -> int:
         """The rows of these answers that count toward a row limit."""
         return answers.num_rows

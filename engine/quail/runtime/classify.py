@@ -3,7 +3,7 @@
 import pyarrow as pa
 
 from quail.kinds.classify import Classify
-from quail.ops.classify import prompt_extras
+from quail.kinds.base import OperatorTokens
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -26,7 +26,7 @@ class ClassifyRuntime(KindRuntime):
         labels = [session.layout.label(x) for x in spec.labels]
         keys = session.classify_keys(q, labels, docs, spec.calibration)
         found = session.answers.get(keys, touch=False)
-        extras = prompt_extras(q, labels)
+        extras = [extra for _, extra in self.kind.prompts(OperatorTokens([], [len(q)], list(map(len, labels))), None)[0]]
         return {i: sum(len(doc) + e for e in extras) for i, (doc, k) in enumerate(zip(docs, keys)) if k in found}
 
     def shape(self, spec, answers, tables, source):

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 
 from quail.kinds.filter import Filter
 from quail.ops.calibration import column_means
-from quail.ops.filter import decided
+from quail.ops.chain import decided
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -62,6 +62,11 @@ class FilterRuntime(KindRuntime):
         if spec.limit is not None and len(passed) == spec.limit:
             out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one
         return out
+
+    def output_rows(self, spec, answers):
+        if spec.keep_all:
+            return answers.column("row").to_pylist()
+        return pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
 
     def counted_rows(self, answers):
         return int(pc.sum(answers.column("passed")).as_py() or 0)

@@ -88,6 +88,7 @@ class Job:
     answers: pa.Table | None = None
     stats: dict | None = None
     predicted: dict | None = None  # the plan's expected accounting of these documents
+    ahead: dict[str, int] = field(default_factory=dict)  # consumer -> rows whose answers it computed ahead
     error: str | None = None
     cancel_requested: bool = False
     rows: int = field(init=False)
@@ -143,4 +144,4 @@ class Job:
                 "tokens_per_second": self.tokens_computed / running if running else 0.0,
                 "first_row": self.window.first_row, "table_rows": self.window.table_rows,
                 "eta_seconds": left / rate if left is not None and rate else None,
-                "stats": self.stats, "predicted": self.predicted, "error": self.error}
+                "stats": self.stats, "predicted": self.predicted, "ahead": self.ahead, "error": self.error}

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import stat
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from quail.kinds import KINDS
 from quail.runtime import runtime_of
 from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.session import Session
+from quail.worker.ahead import consumer_input, consumers_ahead
 from quail.worker.jobs import Job
 from quail.worker.locations import socket_path
 from quail.worker.protocol import content_digest, documents_digest, parse_submit, split_documents
@@ -210,6 +212,19 @@ class Worker(flight.FlightServerBase):
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
                 "cascade_models": sorted(self.session.peers)}
 
+    def _ahead(self, job: Job, answers: pa.Table) -> None:
+        """The DAG's consumers of this window, computed now while its KV is hot (worker/ahead.py)."""
+        sub = job.submission
+        for c in consumers_ahead(sub.dag_plan, sub.spec):
+            texts, rows = consumer_input(sub.spec, answers, job.inputs)
+            try:
+                if texts:
+                    compute(self.session, c, sub.dag_plan[c.name], sub.reuse, [(texts, rows)],
+                            scope=sub.identity.scope)
+                job.ahead[c.name] = len(texts)
+            except Exception as e:  # computing ahead only saves work: it never fails the producer's job
+                print(f"quail worker: computing {c.name} ahead failed: {e}", file=sys.stderr, flush=True)
+
     # the job loop
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -247,6 +262,8 @@ class Worker(flight.FlightServerBase):
                                      scope=sub.identity.scope)
             predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, job.inputs[0][0]))
             job.predicted = predicted.rounded()
+            if sub.reuse.answers and self.session.answers is not None:
+                self._ahead(job, answers)
             if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)

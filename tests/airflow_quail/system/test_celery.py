@@ -43,7 +43,10 @@ def test_two_runs_under_the_celery_executor_keep_each_run_on_one_quail_worker(ai
     env = dict(env, AIRFLOW__CORE__EXECUTOR="CeleryExecutor", AIRFLOW__CELERY__BROKER_URL=f"{redis}/0",
                AIRFLOW__CELERY__RESULT_BACKEND=f"{redis}/1", AIRFLOW__CELERY__WORKER_CONCURRENCY="1",
                QUAIL_TEST_OUTPUT=str(tmp_path / "out"), AIRFLOW_CONN_QUAIL_DEFAULT=json.dumps(
-                   {"conn_type": "quail", "password": token, "extra": {"workers": workers}}))
+                   {"conn_type": "quail", "password": token,
+                    # the run's KV on its worker is what routing keeps; stored answers, shared by the workers
+                    # of one host, would hide a task sent to the wrong one
+                    "extra": {"workers": workers, "answer_store": False}}))
     celery = {f"celery-{task}": ["celery", "worker", "--queues", queue, "--celery-hostname", f"{task}@quail-test",
                                  "--concurrency", "1", "--skip-serve-logs"] for task, queue in QUEUES.items()}
     airflow_procs = start(airflow, services(env) | celery, env, tmp_path)

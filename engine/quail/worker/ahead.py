@@ -6,8 +6,8 @@ consumer whose input or spec has changed simply misses: computing ahead can make
 never wrong.
 
 Computed ahead: a filter or a classify whose first input is the producer's output read on the same
-text column, with no row limit, no cascade, and no template left in its spec (the plan made at
-parse time holds the templates, not the run's values). Not a join: its right side is another
+text column, with no row limit, no cascade, and no template left in what it asks (the plan made
+at parse time holds the templates, not the run's values). Not a join: its right side is another
 task's input, read only when it runs."""
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ def consumers_ahead(plan: Plan, spec: OperatorSpec) -> list[OperatorSpec]:
         return []
     return [c for c in plan.specs if c.name != spec.name and c.inputs[0] == spec.name
             and c.columns[0] == spec.columns[0] and kind_of(c.kind).arity == 1 and c.limit is None
-            and c.cascade is None and "{{" not in repr(c.to_dict())]
+            and c.cascade is None and "{{" not in repr((c.columns, c.questions, c.labels))]
 
 
 def consumer_input(spec: OperatorSpec, answers: pa.Table, inputs: list[tuple[list[str], list[int]]]) \

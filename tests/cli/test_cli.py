@@ -164,6 +164,7 @@ def test_explain_runs_nothing_and_each_mechanism_switches_off(tmp_path, news, ca
     assert "chain mode (KV rewind): on" in out and "prefix sharing: on" in out and "predicted:" in out
     assert "device cpu (" in out and "GiB of weights" in out and "1 GiB of KV, the CPU default" in out
     stats = tmp_path / "s.json"
+    base.append("--no-answer-store")  # the same rows again: the store would answer them all
     assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats) == 0
     on = json.loads(stats.read_text())
     assert on["tokens_reused"]["prefix"] > 0  # the rows share the chat preamble's first page

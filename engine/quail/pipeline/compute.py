@@ -43,18 +43,23 @@ def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partner
 
 
 def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str], truncate: bool,
-            answers: bool) -> Prediction:
+            answers: bool, probed: bool = False) -> Prediction:
     """Contextual calibration's content-free prompts, where the session's model calibrates: each
-    call (window) asks them again, or finds them in the answer store."""
+    call (window) asks them again, or finds them in the answer store. `probed`: an earlier window of
+    the same run will have stored them."""
     if not session.calibrating(spec.calibration):
         return Prediction()
     probes = _tokens(session, spec, session.content_free(), partners, truncate)
-    stored = runtime_of(spec.kind).stored(session, spec, probes.docs, partners, True) if answers else {}
+    runtime = runtime_of(spec.kind)
+    if answers and probed:
+        stored = runtime.stored_all(session, spec, probes.docs, partners)
+    else:
+        stored = runtime.stored(session, spec, probes.docs, partners, True) if answers else {}
     return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size, stored)
 
 
 def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[int]], partners: list[str],
-            reached: bool = False, truncate: bool = False, answers: bool = True) -> Prediction:
+            reached: bool = False, truncate: bool = False, answers: bool = True, probed: bool = False) -> Prediction:
     """The plan's expected accounting of `spec` over these documents (`session.layout.documents`,
     and a join's partners); `reached`: they are the rows that reached it, not the rows of its
     source table; `truncate`: documents are cut to the context, as the run will cut them. A
@@ -64,7 +69,7 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     t = _tokens(session, spec, docs, partners, truncate)
     stored = runtime_of(spec.kind).stored(session, spec, t.docs, partners, False) if answers else {}
     p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached, stored)
-    p.add(_probes(session, plan, spec, partners, truncate, answers))
+    p.add(_probes(session, plan, spec, partners, truncate, answers, probed))
     return p
 
 

@@ -113,8 +113,9 @@ class Runner:
             many = kind_of(s.kind).arity > 1
             partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if many else []
             total = Prediction()
-            for part in texts(table_of(s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows)):
-                total.add(predict(session, plan, s, session.layout.documents(part), partners, truncate=self.truncate))
+            for k, part in enumerate(texts(table_of(s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows))):
+                total.add(predict(session, plan, s, session.layout.documents(part), partners, truncate=self.truncate,
+                                  probed=k > 0))
             out[s.name] = total
         return out
 

@@ -51,6 +51,13 @@ class KindRuntime:
         with `probes`) that the run will answer from it, with the tokens of the prompts each stands for."""
         return {}
 
+    def stored_all(self, session: "Session", spec: OperatorSpec, docs: list[list[int]],
+                   partners: list[str]) -> dict[int, int]:
+        """Every document answered from the store, each prompt asked: a calibration's content-free
+        documents, once an earlier window of the run has stored their answers."""
+        prompts, _ = self.kind.prompts(self.kind.tokens(session.layout, spec, docs, partners), 1.0)
+        return {i: sum(len(d) + extra for _, extra in prompts) for i, d in enumerate(docs)}
+
     def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
         """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""
         return None

@@ -187,3 +187,51 @@ def test_a_joins_pairs_are_stored_and_found_again(tmp_path, docs, tiny_model_dir
     assert first["tokens_computed"] > 0 and again["tokens_computed"] == again["predicted"]["tokens_computed"] == 0
     assert again["tokens_reused"]["answers"] == again["tokens_naive"] == first["tokens_naive"]
     _close(tmp_path / "a.parquet", tmp_path / "b.parquet", ["p_yes"])
+
+
+def _write_forever(path: str, ready) -> None:
+    store = AnswerStore(path)
+    i = 0
+    while True:
+        store.put([(answer_key("m", "q", [i, j]), [j / 100]) for j in range(100)])
+        if i == 5:
+            ready.set()
+        i += 1
+
+
+def test_a_writer_killed_mid_run_leaves_a_sound_store_with_what_it_committed(tmp_path):
+    import os
+    import signal
+
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    p = ctx.Process(target=_write_forever, args=(str(tmp_path / "a.sqlite"), ready))
+    p.start()
+    assert ready.wait(60)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    store = AnswerStore(tmp_path / "a.sqlite")
+    assert store.stats()["writable"] and not list(tmp_path.glob("*.corrupt-*"))
+    assert len(store.get([answer_key("m", "q", [i, j]) for i in range(6) for j in range(100)])) == 600
+
+
+def test_a_full_disk_only_warns_and_the_store_stops_writing(tmp_path, caplog):
+    import shutil
+    import subprocess
+
+    disk = tmp_path / "small"
+    disk.mkdir()
+    mounted = shutil.which("mount") and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)],
+                                                        capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("cannot mount a small tmpfs here (needs root and a mount namespace)")
+    try:
+        store = AnswerStore(disk / "a.sqlite")
+        with caplog.at_level(logging.WARNING):
+            for lo in range(0, 20_000, 1000):
+                store.put([(answer_key("m", "q", [i]), [0.5] * 8) for i in range(lo, lo + 1000)])
+        assert not store.writable and "failed to write" in caplog.text
+        assert store.get([answer_key("m", "q", [0])])  # what went in before the disk filled is still read
+        store.close()
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

@@ -36,7 +36,18 @@ def dag_plan(dag) -> Plan | None:
         spec = op.spec()
         linked = tuple(producer.get(i, i) if producer.get(i) != op.task_id else i for i in spec.inputs)
         specs.append(spec.__class__(**{**spec.to_dict(), "inputs": linked}))
-    return plan(specs)
+    return plan(specs).uncertain({t for t, op in planned.items() if not _certain(dag.get_task(t), op)})
+
+
+def _certain(task, op) -> bool:
+    """Whether the task runs whenever its producers succeed, so that computing it ahead is never
+    wasted: its `ahead` says so, or else its trigger rule is all_success and no task above it can
+    skip it (a branch, a short-circuit)."""
+    if getattr(op, "ahead", None) is not None:
+        return bool(op.ahead)
+    upstream = task.get_flat_relatives(upstream=True)
+    return str(task.trigger_rule) in ("all_success", "TriggerRule.ALL_SUCCESS") and \
+        not any(getattr(t, "inherits_from_skipmixin", False) for t in upstream)
 
 
 def _planned(task, planned: dict):

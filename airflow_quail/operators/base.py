@@ -61,6 +61,9 @@ class BaseLLMOperator(BaseOperator):
         default `[operators] default_deferrable`
     :param quail_plan: the operator's plan entry, set by the provider's planning policy (templated)
     :param window_rows: rows of the first input read, computed and staged at a time
+    :param ahead: whether the worker may compute this operator's answers ahead, in the jobs of the
+        operator whose output it reads (README, "The answer store"): by default when it surely runs
+        after it (trigger rule all_success, no branch above it); True or False to say so
     :param calibration: "contextual" divides out each question's answer on content-free documents
         (Zhao et al., 2021); "none" keeps the model's raw probabilities; "auto", the default, is the
         one measured best for the worker's model (contextual for qwen2.5-coder-1.5b)
@@ -74,7 +77,7 @@ class BaseLLMOperator(BaseOperator):
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, calibration: str = "auto",
-                 **kwargs):
+                 ahead: bool | None = None, **kwargs):
         super().__init__(**kwargs)
         self.target = target
         self.deferrable = deferrable
@@ -83,6 +86,7 @@ class BaseLLMOperator(BaseOperator):
         self.quail_plan = quail_plan  # set by airflow_quail.planning.plan_quail_dag (the policy); shown in the UI
         self.window_rows = window_rows
         self.calibration = calibration
+        self.ahead = ahead
 
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError

@@ -65,3 +65,33 @@ def test_mapped_operators_are_planned_and_retention_reaches_each_index():
     plan_quail_dag(dag)
     document = dag.get_task("kept").partial_kwargs["quail_plan"]
     assert document.startswith("{\n  ") and json.loads(document)["plan_hash"] == planned.hash
+
+
+def test_a_consumer_that_might_not_run_is_not_computed_ahead(tmp_path):
+    """A classify below a branch, or with a trigger rule other than all_success, is marked uncertain
+    in the plan, and the worker computes nothing ahead for it, unless the DAG says `ahead=True`."""
+    import pendulum
+    from airflow.providers.standard.operators.python import BranchPythonOperator
+    from airflow.sdk import DAG
+
+    from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
+    from airflow_quail.planning import dag_plan
+    from quail.worker.ahead import consumers_ahead
+
+    def build(**classify):
+        with DAG("d", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+            kept = LLMFilterOperator(task_id="kept", source=str(tmp_path / "in.parquet"), text_column="text",
+                                     predicates=["Sport?"], target=str(tmp_path / "kept.parquet"))
+            topic = LLMClassifyOperator(task_id="topic", source=kept.target, text_column="text", labels=["a", "b"],
+                                        target=str(tmp_path / "topic.parquet"), **{k: v for k, v in classify.items()
+                                                                                  if k != "branch"})
+            kept >> topic
+            if classify.get("branch"):
+                BranchPythonOperator(task_id="which", python_callable=lambda: "topic") >> topic
+        p = dag_plan(dag)
+        return p["topic"].certain, [c.name for c in consumers_ahead(p, p.specs[0])]
+
+    assert build() == (True, ["topic"])
+    assert build(trigger_rule="all_done") == (False, [])
+    assert build(branch=True) == (False, [])
+    assert build(branch=True, ahead=True) == (True, ["topic"])

@@ -7,7 +7,7 @@ schedule. The token-level sharing plan (PrefixTree) needs the data and is made w
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from quail.errors import QuailError
 from quail.planner import retention
@@ -23,6 +23,7 @@ class OperatorPlan:
     sharing_reason: str
     retain: retention.RetentionEntry | None
     selectivity: float | None  # a filter's estimate: observed, or the prior
+    certain: bool = True  # it runs whenever its producers do: the worker may compute it ahead (worker/ahead.py)
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     @classmethod
@@ -30,7 +31,8 @@ class OperatorPlan:
         keep = d.get("retain")
         if keep is not None:
             keep = retention.RetentionEntry(tuple(keep["consumers"]), keep["passed"], keep["failed"])
-        return cls(d["name"], d["chain_mode"], d["prefix_sharing"], d["sharing_reason"], keep, d["selectivity"])
+        return cls(d["name"], d["chain_mode"], d["prefix_sharing"], d["sharing_reason"], keep, d["selectivity"],
+                   d.get("certain", True))
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,11 @@ class Plan:
     def from_dict(cls, d: dict) -> "Plan":
         return cls(tuple(OperatorSpec.from_dict(s) for s in d["specs"]),
                    tuple(OperatorPlan.from_dict(o) for o in d["operators"]))
+
+    def uncertain(self, names: set[str]) -> "Plan":
+        """This plan with these operators marked as ones that might not run (a branch above them, a
+        trigger rule other than all_success): nothing is computed ahead for them."""
+        return Plan(self.specs, tuple(replace(o, certain=o.name not in names) for o in self.operators))
 
     def with_entry(self, op: OperatorPlan) -> "Plan":
         """This plan with one operator's entry replaced."""

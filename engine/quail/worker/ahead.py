@@ -5,10 +5,11 @@ keeps them in the answer store; the consumer's task, when it runs, finds them by
 consumer whose input or spec has changed simply misses: computing ahead can make work useless,
 never wrong.
 
-Computed ahead: a filter or a classify whose first input is the producer's output read on the same
-text column, with no row limit, no cascade, and no template left in what it asks (the plan made
-at parse time holds the templates, not the run's values). Not a join: its right side is another
-task's input, read only when it runs."""
+Computed ahead: a filter or a classify that surely runs after the producer (OperatorPlan.certain:
+no branch above it and trigger rule all_success, or the DAG said so), whose first input is the
+producer's output read on the same text column, with no row limit, no cascade, and no template
+left in what it asks (the plan made at parse time holds the templates, not the run's values). Not
+a join: its right side is another task's input, read only when it runs."""
 
 import pyarrow as pa
 
@@ -21,7 +22,7 @@ from quail.runtime import runtime_of
 def consumers_ahead(plan: Plan, spec: OperatorSpec) -> list[OperatorSpec]:
     if not kind_of(spec.kind).keeps_rows:
         return []
-    return [c for c in plan.specs if c.name != spec.name and c.inputs[0] == spec.name
+    return [c for c in plan.specs if c.name != spec.name and c.inputs[0] == spec.name and plan[c.name].certain
             and c.columns[0] == spec.columns[0] and kind_of(c.kind).arity == 1 and c.limit is None
             and c.cascade is None and "{{" not in repr((c.columns, c.questions, c.labels))]
 

@@ -235,3 +235,14 @@ def test_a_full_disk_only_warns_and_the_store_stops_writing(tmp_path, caplog):
         store.close()
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_the_bound_is_a_setting_checked_before_use(tmp_path, monkeypatch):
+    from quail.errors import QuailError
+
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_MAX_BYTES", str(8 << 20))
+    assert AnswerStore(tmp_path / "a.sqlite").max_bytes == 8 << 20
+    for bad in ("lots", "1000"):
+        monkeypatch.setenv("QUAIL_ANSWER_STORE_MAX_BYTES", bad)
+        with pytest.raises(QuailError, match="QUAIL_ANSWER_STORE_MAX_BYTES"):
+            AnswerStore(tmp_path / "b.sqlite")

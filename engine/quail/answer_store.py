@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from quail.errors import QuailError
 from quail.paths import home
 
 log = logging.getLogger(__name__)
@@ -48,11 +49,11 @@ def answer_key(model: str, question: str, document: list[int]) -> bytes:
 
 
 class AnswerStore:
-    def __init__(self, path: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES, touch_every: float = 3600.0):
-        """touch_every: seconds; an answer's last use is recorded no more often, so that looking up
-        seldom means writing."""
+    def __init__(self, path: Path | None = None, max_bytes: int | None = None, touch_every: float = 3600.0):
+        """max_bytes: by default $QUAIL_ANSWER_STORE_MAX_BYTES, else 1 GiB. touch_every: seconds; an
+        answer's last use is recorded no more often, so that looking up seldom means writing."""
         self.path = Path(path) if path is not None else default_path()
-        self.max_bytes = max_bytes
+        self.max_bytes = max_bytes or _max_bytes()
         self.touch_ns = int(touch_every * 1e9)
         self.writable = True
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
@@ -190,6 +191,15 @@ class AnswerStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _max_bytes() -> int:
+    value = os.environ.get("QUAIL_ANSWER_STORE_MAX_BYTES", "")
+    if not value:
+        return DEFAULT_MAX_BYTES
+    if not value.isdigit() or int(value) < 1 << 20:
+        raise QuailError(f"QUAIL_ANSWER_STORE_MAX_BYTES={value!r}: give a number of bytes, at least 1048576")
+    return int(value)
 
 
 def _writable(path: Path) -> bool:

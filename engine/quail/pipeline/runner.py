@@ -113,20 +113,21 @@ class Runner:
             many = kind_of(s.kind).arity > 1
             partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if many else []
             total = Prediction()
-            for k, part in enumerate(texts(table_of(s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows))):
+            rows = self.rows_of.get(s.name, self.window_rows)
+            for k, part in enumerate(texts(table_of(s.inputs[0]), s.columns[0], rows)):
                 total.add(predict(session, plan, s, session.layout.documents(part), partners, truncate=self.truncate,
                                   probed=k > 0))
             out[s.name] = total
         return out
 
     def plan_windows(self, session: Session, plan: Plan, reuse: Reuse) -> list[list[OperatorSpec]]:
-        """The chains, and each chain's window rows: --window-rows, or fewer where a chain's consumers
-        reuse retained KV, so that a window's documents fit half the retention pool (measured on
-        the first window's documents)."""
+        """The chains, and each chain's window rows: --window-rows, or fewer where a chain over a
+        table has consumers that reuse retained KV, so that a window's documents fit half the
+        retention pool (measured on the table's first rows)."""
         groups = chains(plan.specs, set(self.pipeline.tables))
         for group in groups:
             rows = self.window_rows
-            if len(group) > 1 and reuse.retention:
+            if len(group) > 1 and reuse.retention and group[0].inputs[0] in self.pipeline.tables:
                 source = self.source(group[0].inputs[0])
                 _, sample = next(source.windows(min(self.window_rows, 512)))
                 texts, _ = text_column(sample, group[0].columns[0], source.name, "skip")

@@ -28,6 +28,7 @@ class AnswerTokens:
 class PromptLayout:
     def __init__(self, tokenizer: Tokenizer, system: str = SYSTEM):
         self.tok = tokenizer
+        self._last: dict[str, list[int]] = {}
         chat = tokenizer.chat
         if chat is None:
             self.preamble = tokenizer.encode(system + "\n\n")
@@ -57,7 +58,14 @@ class PromptLayout:
         return self.documents([text])[0]
 
     def documents(self, texts: list[str]) -> list[list[int]]:
-        return [self.preamble + ids for ids in self.tok.encode_batch(_headed(ANCHOR, texts))]
+        """The texts rendered as documents. The last call's are kept, so that the operators of a
+        chain, and a window's prediction and its run, tokenize a window once (memory: one window)."""
+        last = self._last
+        todo = [t for t in dict.fromkeys(texts) if t not in last]
+        done = {t: self.preamble + ids for t, ids in zip(todo, self.tok.encode_batch(_headed(ANCHOR, todo)))}
+        done.update((t, last[t]) for t in texts if t in last)
+        self._last = done  # replaced whole: threads sharing the layout never see it half-made
+        return [done[t] for t in texts]
 
     def yes_no_question(self, question: str) -> list[int]:
         return self.tok.encode(f"Question: {question}\nAnswer Yes or No.") + self.cue

@@ -108,16 +108,19 @@ class Runner:
             for first, window in source.windows(rows):
                 yield text_column(window, column, source.name, self.on_null, first)[0]
 
-        out = {}
+        partners = {s.name: [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part]
+                    for s in plan.specs if kind_of(s.kind).arity > 1}
+        readers: dict[tuple, list[OperatorSpec]] = {}  # the operators reading one column of a table, by window
         for s in plan.specs:
-            many = kind_of(s.kind).arity > 1
-            partners = [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part] if many else []
-            total = Prediction()
-            rows = self.rows_of.get(s.name, self.window_rows)
-            for k, part in enumerate(texts(table_of(s.inputs[0]), s.columns[0], rows)):
-                total.add(predict(session, plan, s, session.layout.documents(part), partners, truncate=self.truncate,
-                                  probed=k > 0))
-            out[s.name] = total
+            key = (table_of(s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows))
+            readers.setdefault(key, []).append(s)
+        out = {s.name: Prediction() for s in plan.specs}
+        for (table, column, rows), group in readers.items():
+            for k, part in enumerate(texts(table, column, rows)):
+                docs = session.layout.documents(part)  # once for all the operators that read it
+                for s in group:
+                    out[s.name].add(predict(session, plan, s, docs, partners.get(s.name, []), truncate=self.truncate,
+                                            probed=k > 0))
         return out
 
     def plan_windows(self, session: Session, plan: Plan, reuse: Reuse) -> list[list[OperatorSpec]]:

@@ -81,16 +81,16 @@ def _writer(path: str, tag: str) -> None:
         store.put([(answer_key("m", tag, [i]), [i]) for i in range(lo, lo + 40)])
 
 
-def test_two_processes_share_one_store(tmp_path):
+def test_processes_share_one_store_even_when_they_create_it_at_once(tmp_path):
     path = str(tmp_path / "a.sqlite")
-    procs = [multiprocessing.get_context("spawn").Process(target=_writer, args=(path, t)) for t in "ab"]
+    procs = [multiprocessing.get_context("spawn").Process(target=_writer, args=(path, t)) for t in "abcd"]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
     store = AnswerStore(path)
-    for tag in "ab":
+    for tag in "abcd":
         assert len(store.get([answer_key("m", tag, [i]) for i in range(400)])) == 400
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 

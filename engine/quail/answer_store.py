@@ -67,14 +67,7 @@ class AnswerStore:
             return None
         for attempt in (1, 2):
             try:
-                db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode still safe against a killed process
-                if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                    raise sqlite3.DatabaseError("quick_check failed")
-                for statement in SCHEMA:
-                    db.execute(statement)
-                return db
+                return self._connect()
             except sqlite3.OperationalError as e:  # a read-only folder or file, a full disk, a lock held too long
                 if attempt == 1 and self._readable_only():
                     return self._read_only(e)
@@ -86,6 +79,29 @@ class AnswerStore:
                     return None
                 self._set_aside(e)
         return None
+
+    def _connect(self) -> sqlite3.Connection:
+        """A connection in WAL mode with the schema in place. Two processes opening a new store at
+        once contend for its first writes: the loser waits and tries again, within 30 s."""
+        deadline = time.monotonic() + 30
+        while True:
+            db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode still safe against a killed process
+                if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                    raise sqlite3.DatabaseError("quick_check failed")
+                for statement in SCHEMA:
+                    db.execute(statement)
+                return db
+            except sqlite3.OperationalError as e:
+                db.close()
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+            except BaseException:
+                db.close()
+                raise
 
     def _readable_only(self) -> bool:
         return self.path.exists() and not _writable(self.path)

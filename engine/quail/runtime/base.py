@@ -53,8 +53,9 @@ class KindRuntime:
 
     def stored_all(self, session: "Session", spec: OperatorSpec, docs: list[list[int]],
                    partners: list[str]) -> dict[int, int]:
-        """Every document answered from the store, each prompt asked: a calibration's content-free
-        documents, once an earlier window of the run has stored their answers."""
+        """Every document answered from the store, each prompt asked (as a classify's or a join's
+        stored answer stands for; a calibration's content-free documents once an earlier window of
+        the run has stored them), with the tokens of those prompts."""
         prompts, _ = self.kind.prompts(self.kind.tokens(session.layout, spec, docs, partners), 1.0)
         return {i: sum(len(d) + extra for _, extra in prompts) for i, d in enumerate(docs)}
 

@@ -3,7 +3,6 @@
 import pyarrow as pa
 
 from quail.kinds.classify import Classify
-from quail.kinds.base import OperatorTokens
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -26,8 +25,8 @@ class ClassifyRuntime(KindRuntime):
         labels = [session.layout.label(x) for x in spec.labels]
         keys = session.classify_keys(q, labels, docs, spec.calibration)
         found = session.answers.get(keys, touch=False)
-        extras = [extra for _, extra in self.kind.prompts(OperatorTokens([], [len(q)], list(map(len, labels))), None)[0]]
-        return {i: sum(len(doc) + e for e in extras) for i, (doc, k) in enumerate(zip(docs, keys)) if k in found}
+        prompts = self.stored_all(session, spec, docs, partners)
+        return {i: prompts[i] for i, k in enumerate(keys) if k in found}
 
     def shape(self, spec, answers, tables, source):
         [table] = tables

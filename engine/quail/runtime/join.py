@@ -28,8 +28,8 @@ class JoinRuntime(KindRuntime):
         cond = session.layout.pair_question(spec.questions[0], name)
         rights = session.layout.partners(partners, name)
         known = session.known(session.answers, session.join_keys(cond, docs, rights, spec.calibration), False)
-        return {i: sum(len(doc) + len(r) + len(cond) for r in rights) for i, (doc, row) in enumerate(zip(docs, known))
-                if None not in row}
+        prompts = self.stored_all(session, spec, docs, partners)
+        return {i: prompts[i] for i, row in enumerate(known) if None not in row}
 
     def shape(self, spec, answers, tables, source):
         left, right = tables

@@ -151,7 +151,9 @@ class Session:
     def classify_keys(self, question: list[int], labels: list[list[int]], docs: list[list[int]],
                       calibration: str) -> list[bytes]:
         cal = self._calibration(calibration)
-        return [answer_key(self.loaded.identity, f"classify\x1f{cal}\x1f{question}\x1f{labels}", d) for d in docs]
+        # labels that begin others are scored as stopping there; answers stored before were not
+        ends = "\x1fends" if any(a != b and b[:len(a)] == a for a in labels for b in labels) else ""
+        return [answer_key(self.loaded.identity, f"classify\x1f{cal}\x1f{question}\x1f{labels}{ends}", d) for d in docs]
 
     @staticmethod
     def known(store: AnswerStore, keys: list[list[bytes]], touch: bool = True) -> list[list[float | None]]:

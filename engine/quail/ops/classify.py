@@ -1,5 +1,6 @@
 """LLM classify: every label's full token sequence is scored by teacher forcing on top of the
-rewound document+question state, so labels sharing a first token are told apart correctly."""
+rewound document+question state, so labels sharing a first token are told apart correctly, and a
+label that begins another is scored as the answer that stops there (ops/answers.label_scores)."""
 
 from dataclasses import dataclass, field
 
@@ -11,7 +12,7 @@ from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.kinds.base import OperatorTokens
 from quail.kinds.classify import Classify
-from quail.ops.answers import label_probabilities
+from quail.ops.answers import label_probabilities, label_scores
 from quail.ops.stored import credit_stored, merge
 
 
@@ -40,15 +41,15 @@ def _rewinding(engine: Engine, doc, question, labels, retain):
         # head of the multi-token labels' prompts, charged to the first of them.
         prompt = len(multi) < len(labels)
         [[first]] = yield [Extend(seq, tokens, [(len(tokens) - 1, firsts)], len(doc) - have, prompt)]
-        scores = first.astype(float).tolist()
+        token_logprobs = [[x] for x in first.astype(float).tolist()]
         children = [engine.cache.fork(seq) for _ in multi]
         reads = yield [Extend(c, labels[i][:-1], _teacher_forced(labels, i)) for c, i in zip(children, multi)]
         for c, i, r in zip(children, multi, reads):
-            scores[i] += float(sum(x[0] for x in r))
+            token_logprobs[i] += [float(x[0]) for x in r]
             engine.cache.release(c)
         engine.cache.rewind(seq, len(doc))
         engine.pool.keep_or_release(doc, seq, retain)
-        return label_probabilities(scores)
+        return label_probabilities(label_scores(labels, token_logprobs))
 
     return program
 
@@ -77,10 +78,11 @@ def _scratch(engine: Engine, doc, question, labels, retain):
             engine.cache.release(r.seq)
         if base is not None:
             engine.pool.keep_or_release(doc, base, retain)
-        scores = out[0][0].astype(float).tolist() if len(multi) < len(labels) else [0.0] * len(labels)
+        heads = out[0][0].astype(float).tolist() if len(multi) < len(labels) else [0.0] * len(labels)
+        token_logprobs = [[x] for x in heads]
         for i, reads in zip(multi, out[len(out) - len(multi) :]):
-            scores[i] = float(sum(x[0] for x in reads))
-        return label_probabilities(scores)
+            token_logprobs[i] = [float(x[0]) for x in reads]
+        return label_probabilities(label_scores(labels, token_logprobs))
 
     return program
 

@@ -4,11 +4,13 @@ once. Each window is a Parquet file named by its number and by the digest of wha
 a JSON sidecar holding its accounting; a window whose input or operator changed is computed again.
 
 The folder sits beside a local target, and under $QUAIL_HOME/staging for SQL and object-store
-targets; it is private to the user (0700) and removed once the output is in place."""
+targets; it is private to the user (0700) and removed once the output is in place. One that another
+user owns or can write is refused (it could hold planted windows), and a window's table is reused
+only if it matches the digest its sidecar recorded. The folder also keeps each window's latest job
+id, so that a later try whose input changed may cancel that job (worker/protocol.py)."""
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quail.atomic import write_text_atomically
+from quail.errors import QuailError
 from quail.paths import home
 from quail.pipeline.stream import OutputSink
+from quail.trust import private_folder
 from quail.worker.jobs import Identity
 
 
@@ -33,22 +37,40 @@ class WindowStage:
         stem = self.folder / f"window-{k:06d}-{digest[:16]}"
         return stem.with_suffix(".parquet"), stem.with_suffix(".json")
 
+    def _folder(self) -> Path:
+        return private_folder(self.folder)
+
     def done(self, k: int, digest: str) -> dict | None:
         """The staged window's record (rows counted toward a limit, stats), if it computed this."""
-        table, record = self._files(k, digest)
-        if table.exists() and record.exists():
-            return json.loads(record.read_text())
-        return None
+        if not self.folder.exists():
+            return None
+        table, sidecar = self._files(k, digest)
+        self._folder()
+        if not (table.exists() and sidecar.exists()):
+            return None
+        record = json.loads(sidecar.read_text())
+        if record.pop("sha256", None) != _sha256(table):
+            raise QuailError(f"staged window {table} does not match the digest its sidecar recorded; remove "
+                             f"{self.folder} to compute the task anew")
+        return record
 
     def put(self, k: int, digest: str, table: pa.Table, record: dict) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
-        for stale in self.folder.glob(f"window-{k:06d}-*"):
+        folder = self._folder()
+        for stale in folder.glob(f"window-{k:06d}-*"):
             stale.unlink()
         path, sidecar = self._files(k, digest)
         with OutputSink(str(path)) as sink:
             sink.write(table)
-        write_text_atomically(sidecar, json.dumps(record))  # last: a window is done once both are there
+        # last: a window is done once both are there
+        write_text_atomically(sidecar, json.dumps(record | {"sha256": _sha256(path)}))
+
+    def job(self, k: int) -> str | None:
+        """The id of the last job submitted for window k, if one was."""
+        path = self.folder / f"window-{k:06d}.job"
+        return path.read_text() if self.folder.exists() and self._folder() and path.exists() else None
+
+    def put_job(self, k: int, job: str) -> None:
+        write_text_atomically(self._folder() / f"window-{k:06d}.job", job)
 
     def tables(self, windows: list[tuple[int, str]]) -> Iterator[pa.Table]:
         for k, digest in windows:
@@ -56,3 +78,11 @@ class WindowStage:
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

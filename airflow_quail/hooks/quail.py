@@ -7,7 +7,7 @@ from airflow.sdk import BaseHook
 from quail.constants import DEFAULT_PORT
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
-from quail.worker.client import WorkerClient, describe_load
+from quail.worker.client import DEFAULT_TIMEOUT, WorkerClient, WorkerLost, describe_load
 from quail.worker.local import ensure_local_worker
 from quail.worker.routing import route
 from quail.worker.tokens import read_token
@@ -19,6 +19,10 @@ class QuailHook(BaseHook):
     several workers listed in the extras (`workers`), each task routed to its DAG run's worker; or,
     with no host, a local worker for the extras' model, dtype, device and arena pages, started on
     demand.
+
+    Extras that bound the waiting: `timeout`, the seconds one call to a worker may take (default
+    30); `worker_lost_timeout`, the seconds a task waits for a worker that died or stopped
+    answering to come back (a local one is started again) before its try fails (default 600).
 
     :param quail_conn_id: the connection; quail_default may be absent (the embedded default)
     """
@@ -57,11 +61,28 @@ class QuailHook(BaseHook):
         if len(workers) > 1:
             return self._routed(workers, run or "", token)
         if workers:
-            return _client(workers[0], token)
+            return _client(workers[0], token, self.timeout)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
                                               extra.get("arena_pages"), extra.get("device") or "auto",
                                               say=self.log.info)
-        return WorkerClient(location, token)
+        return WorkerClient(location, token, self.timeout)
+
+    def _seconds(self, key: str, default: float) -> float:
+        value = self._remote()[2].get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise QuailError(f"connection {self.quail_conn_id!r}: the extra {key!r} must be a number of seconds "
+                             f"above 0, not {value!r}")
+        return float(value)
+
+    @property
+    def timeout(self) -> float:
+        """The extra `timeout`: seconds one call to a worker may take."""
+        return self._seconds("timeout", DEFAULT_TIMEOUT)
+
+    @property
+    def worker_lost_timeout(self) -> float:
+        """The extra `worker_lost_timeout`: seconds a task waits for a lost worker to come back."""
+        return self._seconds("worker_lost_timeout", 600.0)
 
     @property
     def answer_store(self) -> bool:
@@ -72,7 +93,7 @@ class QuailHook(BaseHook):
         """A client for one of the connection's workers (the one a task chose), with its token; with
         no password, the token a worker on this machine wrote for this user, if any."""
         _, _, token, _ = self._settings()
-        return _client(location, token)
+        return _client(location, token, self.timeout)
 
     def loads(self) -> dict[str, dict | str]:
         """Every worker the connection names, with its `info` (model, device, queued tokens, active
@@ -97,7 +118,7 @@ class QuailHook(BaseHook):
                 loads[location] = info["queued_tokens"]
         chosen = route(workers, run, loads)
         if chosen is None:
-            raise QuailError(f"none of the connection's Quail workers answers: {', '.join(workers)}")
+            raise WorkerLost(f"none of the connection's Quail workers answers: {', '.join(workers)}")
         if chosen.spilled:
             self.log.warning("the run's Quail worker %s is far busier (%d queued tokens) than %s (%d): this task "
                              "goes there and loses the run's retained KV", chosen.home, loads[chosen.home],
@@ -105,7 +126,7 @@ class QuailHook(BaseHook):
         elif chosen.worker != chosen.order[0]:
             self.log.warning("the run's Quail worker %s does not answer: failing over to %s", chosen.order[0],
                              chosen.worker)
-        return _client(chosen.worker, token)
+        return _client(chosen.worker, token, self.timeout)
 
 
 def _loads(workers: list[str], token: str | None) -> dict[str, dict | str]:
@@ -118,5 +139,5 @@ def _loads(workers: list[str], token: str | None) -> dict[str, dict | str]:
     return loads
 
 
-def _client(location: str, token: str | None) -> WorkerClient:
-    return WorkerClient(location, token or read_token(location))
+def _client(location: str, token: str | None, timeout: float = DEFAULT_TIMEOUT) -> WorkerClient:
+    return WorkerClient(location, token or read_token(location), timeout)

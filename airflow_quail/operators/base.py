@@ -27,8 +27,8 @@ from quail.planner.plan import OperatorPlan, Plan, plan
 from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
-from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity, Submission
+from quail.worker.client import WorkerClient, WorkerLost
+from quail.worker.jobs import LOST, Identity, Submission, job_ref
 from quail.worker.jobs import Window as JobWindow
 from quail.worker.protocol import documents_digest, submission_digest
 
@@ -41,6 +41,8 @@ class _TaskRun:
 
     identity: Identity
     stage: WindowStage
+    hook: QuailHook
+    route: str  # the DAG run's routing key (QuailHook.get_conn)
     client: WorkerClient
     plan: Plan  # the DAG's plan (or the operator's alone), for the predicted accounting
     op: OperatorPlan
@@ -171,39 +173,65 @@ class BaseLLMOperator(BaseOperator):
     def _task_run(self, context, where, ended: tuple[int, dict] | None) -> "_TaskRun":
         ti = context["ti"]
         identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
-        hook = QuailHook(self.quail_conn_id)
+        hook, route = QuailHook(self.quail_conn_id), f"{ti.dag_id}\x1f{ti.run_id}"
         # a window a trigger saw end is fetched from the worker that ran it; else the run's worker
         client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
-            hook.get_conn(run=f"{ti.dag_id}\x1f{ti.run_id}")
+            hook.get_conn(run=route)
         return _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
-                        client, *self.plan_entry(), Reuse(answers=hook.answer_store) if self.reuse else Reuse.none(),
+                        hook, route, client, *self.plan_entry(), Reuse(answers=hook.answer_store) if self.reuse else Reuse.none(),
                         source_rows(self.sources()[0]))
 
     def _window(self, run: "_TaskRun", window: Window, ended: tuple[int, dict] | None) -> dict:
-        """Window k's record: staged by an earlier try, or the job a trigger saw end, or computed now."""
+        """Window k's record: staged by an earlier try, or the job a trigger saw end, or computed now.
+        A worker that dies (or is restarted) meanwhile costs no try: the window is resubmitted to a
+        new one, within the connection's `worker_lost_timeout`."""
         documents = documents_digest(window.inputs)
         digest = submission_digest(Submission(run.identity, window.spec, run.op, run.reuse, plan=run.plan), documents)
         record = run.stage.done(window.k, digest)
         if record is not None:
             self.log.info("window %d (rows from %d) was staged by an earlier try", window.k, window.offset)
             return record | {"digest": digest}
-        if ended is not None and ended[0] == window.k:
+        status = None
+        if ended is not None and ended[0] == window.k and ended[1]["state"] != LOST:
             if ended[1]["documents"] != documents:
                 raise QuailError(f"the input of {self.task_id} changed while its job ran; clear the task "
                                  f"to compute the new input")
             status = ended[1]
-        else:
-            status = self._compute(run, window)
-        return self._stage(run, status, window, digest) | {"digest": digest}
+        while True:
+            try:
+                return self._stage(run, status or self._compute(run, window), window, digest) | {"digest": digest}
+            except WorkerLost as e:
+                self.log.warning("window %d: %s", window.k, e)
+                run.client, status = self._reconnect(run.hook, run.route), None
+
+    def _reconnect(self, hook: QuailHook, route: str) -> WorkerClient:
+        """The run's worker, once it answers again: a lost local worker is started again, a remote one
+        waited for with a bounded backoff, for at most the connection's `worker_lost_timeout`."""
+        bound, delay = hook.worker_lost_timeout, 1.0
+        deadline = time.monotonic() + bound
+        while True:
+            try:
+                client = hook.get_conn(run=route)
+                client.info()
+                self.log.info("the Quail worker %s answers; resubmitting", client.location)
+                return client
+            except WorkerLost as e:
+                if time.monotonic() + delay > deadline:
+                    raise QuailError(f"no Quail worker answered for {bound:.0f} s (the connection's extra "
+                                     f"`worker_lost_timeout`): {e}") from None
+                self.log.warning("%s; trying again in %.0f s", e, delay)
+                time.sleep(delay)
+                delay = min(2 * delay, 15.0)
 
     def _compute(self, run: "_TaskRun", window: Window) -> dict:
         """The window's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""
         job, attached = run.client.submit(replace(run.identity, window=window.k), window.spec, run.op, run.reuse,
                                           window.inputs, JobWindow(window.offset, run.total_rows, window.last),
-                                          run.plan)
+                                          run.plan, replaces=run.stage.job(window.k))
+        run.stage.put_job(window.k, job)
         self.job_id, self.worker_location = job, run.client.location
-        self.log.info("Quail job %s %s for window %d (rows from %d)", job, "re-attached" if attached else "submitted",
-                      window.k, window.offset)
+        self.log.info("Quail job %s %s for window %d (rows from %d)", job_ref(job),
+                      "re-attached" if attached else "submitted", window.k, window.offset)
         if self.deferrable:
             from airflow_quail.triggers.quail import QuailJobTrigger
 
@@ -213,8 +241,10 @@ class BaseLLMOperator(BaseOperator):
         return run.client.wait(job, on_progress=self._progress_log())
 
     def _stage(self, run: "_TaskRun", status: dict, window: Window, digest: str) -> dict:
+        if status["state"] == "cancelled" and not getattr(self, "killed", False):  # the worker is stopping
+            raise WorkerLost(f"Quail job {job_ref(status['job'])} was cancelled on the worker (it is stopping)")
         if status["state"] != "done":
-            raise AirflowException(f"Quail job {status['job']} {status['state']}: {status['error']}")
+            raise AirflowException(f"Quail job {job_ref(status['job'])} {status['state']}: {status['error']}")
         table, counted = window.shaped(run.client.fetch(status["job"]), self.sources()[0])
         record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],
                   "predicted": status["predicted"], "ahead": status.get("ahead") or {}}
@@ -253,6 +283,7 @@ class BaseLLMOperator(BaseOperator):
         """Cancels the job (Airflow stopped the task: a timeout, or marked failed or success). A
         running job stops after its rows in flight; a retry then computes it anew. A task process
         that dies without this call leaves its job to finish, and the retry re-attaches to it."""
+        self.killed = True
         job = getattr(self, "job_id", None)
         if job:
             QuailHook(self.quail_conn_id).client_at(self.worker_location).cancel(job)

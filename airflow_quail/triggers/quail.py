@@ -5,11 +5,13 @@ import asyncio
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_quail.hooks.quail import QuailHook
-from quail.worker.jobs import ENDED
+from quail.worker.client import WorkerLost
+from quail.worker.jobs import ENDED, LOST, job_ref
 
 
 class QuailJobTrigger(BaseTrigger):
-    """Fires when a job on the worker ends (done, failed or cancelled), with its status.
+    """Fires when a job on the worker ends (done, failed or cancelled), with its status; or, state
+    "lost", when the worker no longer answers or knows the job, and the task resubmits it.
 
     :param job_id: the job the operator submitted
     :param quail_conn_id: the `quail` connection naming the worker
@@ -35,8 +37,13 @@ class QuailJobTrigger(BaseTrigger):
         client = await asyncio.to_thread(hook.client_at, self.location) if self.location else \
             await asyncio.to_thread(hook.get_conn)
         while True:
-            status = await asyncio.to_thread(client.status, self.job_id)
-            self.log.info("Quail job %s: %s, %d/%d rows", self.job_id, status["state"], status["rows_done"],
+            try:
+                status = await asyncio.to_thread(client.status, self.job_id)
+            except WorkerLost as e:
+                yield TriggerEvent({"job": self.job_id, "state": LOST, "documents": None, "stats": None,
+                                    "predicted": None, "error": str(e), "worker": None})
+                return
+            self.log.info("Quail job %s: %s, %d/%d rows", job_ref(self.job_id), status["state"], status["rows_done"],
                           status["rows"])
             if status["state"] in ENDED:
                 yield TriggerEvent({**status, "worker": client.location})

@@ -196,14 +196,15 @@ def test_cancelling_a_running_job_stops_it_and_frees_its_pages(worker):
     assert client.wait(again, poll=0.05)["state"] == "done"
 
 
-def test_a_rerun_on_changed_input_is_a_new_job_and_the_stale_one_is_cancelled(worker):
-    """A cleared task re-run after its data changed must not re-attach to the old job's answers."""
+def test_a_rerun_on_changed_input_is_a_new_job_and_cancels_the_stale_one_it_names(worker):
+    """A cleared task re-run after its data changed must not re-attach to the old job's answers; it
+    cancels the old job by its id, which the task kept in its staging folder."""
     _, location = worker
     client = WorkerClient(location, token="s3cret")
     identity, p = Identity("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
     many = [f"{t} Report {i}." for i in range(60) for t in TEXTS]
     old, _ = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
-    new, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs())
+    new, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs(), replaces=old)
     assert new != old and not attached
     assert client.wait(old, poll=0.05)["state"] == "cancelled"
     status = client.wait(new, poll=0.05)
@@ -211,6 +212,25 @@ def test_a_rerun_on_changed_input_is_a_new_job_and_the_stale_one_is_cancelled(wo
     assert client.fetch(new).column("row").to_pylist() == list(range(len(TEXTS)))
     again, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs())
     assert again == new and attached  # the same content still re-attaches
+
+
+def test_a_resubmission_with_other_content_cannot_cancel_a_job_without_its_id(worker):
+    """Probe 7: any token holder could cancel another task's running job by resubmitting its
+    predictable identity with other documents. Without the job's id, both jobs now run."""
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    identity, p = Identity("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
+    many = [f"{t} Report {i}." for i in range(60) for t in TEXTS]
+    victim, _ = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
+    for replaces in (None, "0" * 32):
+        other, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), [([f"x {replaces}"], [0])],
+                                        replaces=replaces)
+        assert other != victim and not attached
+        assert client.wait(other, poll=0.05)["state"] == "done"
+    status = client.wait(victim, poll=0.05)
+    assert status["state"] == "done" and status["rows_done"] == len(many)
+    again, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
+    assert again == victim and attached  # the victim's retry still finds its own job
 
 
 def test_a_submission_for_the_same_identity_with_other_content_is_never_attached(worker):

@@ -19,7 +19,7 @@ from quail.kinds.base import CALIBRATIONS
 from quail.pipeline.config import Pipeline, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.worker.locations import unix_location
-from quail.worker.tokens import new_token, read_token, token_from_file
+from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
 
 
 class _Parser(argparse.ArgumentParser):
@@ -243,20 +243,28 @@ def _worker(args) -> None:
 
     import torch
 
-    from quail.worker.server import Worker, claim_socket
+    from quail.worker.liveness import hold, release
+    from quail.worker.server import Worker, claim_location
 
-    claim_socket(location)  # before the model loads: a live worker's socket is refused at once
-    token = _worker_token(args) or new_token(location)
+    # before the model loads: a live worker's location, or a file at its token's path, is refused at once
+    claim_location(location)
+    given = _worker_token(args)
+    if not given:
+        check_token_path(location)
+    alive = hold(location)
     torch.set_num_threads(_threads(args))
     # each start-up phase on its own line: the hook that started this worker logs them in the task's log
     session = _open_session(args.model, args, lambda m: print(f"quail worker: {m}", file=sys.stderr, flush=True))
     session.answers = None if args.no_answer_store else AnswerStore()
-    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
+    server = Worker(session, location, given or (token := new_token()), args.ttl, args.idle_timeout, args.max_jobs)
+    if not given:
+        write_token(location, token)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",
           file=sys.stderr, flush=True)
     server.serve()
     server.drain()
+    release(alive, location)
 
 
 def run(argv=None) -> int:

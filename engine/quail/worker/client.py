@@ -8,16 +8,30 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quail.errors import QuailError
+from quail.trust import owned_file
 from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.worker.jobs import ENDED, Identity, Submission, Window
-from quail.worker.protocol import documents_table, submit_command
+from quail.worker.locations import socket_path
+from quail.worker.protocol import UNKNOWN_JOB, documents_table, submit_command
+
+DEFAULT_TIMEOUT = 30.0
+SUBMIT_BATCH_ROWS = 512
+
+
+class WorkerLost(QuailError):
+    """The worker does not answer, or no longer knows the job (it was restarted): a task can start
+    or wait for a worker and resubmit, where any other error is final."""
 
 
 class WorkerClient:
-    def __init__(self, location: str, token: str | None = None, timeout: float = 30.0):
-        self.location = location
+    """:param timeout: seconds one call may take (the `timeout` setting: a quail connection's extra)"""
+
+    def __init__(self, location: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT):
+        if (sock := socket_path(location)) is not None:
+            owned_file(sock, kind="socket")  # another user's socket could be a fake worker, harvesting documents
+        self.location, self.timeout = location, timeout
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self.options = flight.FlightCallOptions(headers=headers, timeout=timeout)
         self.client = flight.FlightClient(location)
@@ -29,10 +43,14 @@ class WorkerClient:
         except flight.FlightUnauthenticatedError:
             raise QuailError(f"the Quail worker at {self.location} refused the token") from None
         except flight.FlightUnavailableError:
-            raise QuailError(f"no Quail worker answers at {self.location}; start one with "
+            raise WorkerLost(f"no Quail worker answers at {self.location}; start one with "
                              f"`quail worker serve --model MODEL` (see README)") from None
+        except flight.FlightTimedOutError:
+            raise WorkerLost(f"the Quail worker at {self.location} did not answer within {self.timeout:.0f} s "
+                             f"(the `timeout` setting, in the quail connection's extra)") from None
         except flight.FlightServerError as e:
-            raise QuailError(f"the Quail worker: {str(e).splitlines()[0]}") from None
+            error = WorkerLost if e.extra_info == UNKNOWN_JOB else QuailError
+            raise error(f"the Quail worker: {str(e).splitlines()[0].removesuffix('. Detail: Failed')}") from None
 
     def _action(self, name: str, body: str = ""):
         action = flight.Action(name, body.encode())
@@ -41,16 +59,19 @@ class WorkerClient:
 
     def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
                inputs: list[tuple[list[str], list[int]]], window: Window = Window(),
-               plan: Plan | None = None) -> tuple[str, bool]:
+               plan: Plan | None = None, replaces: str | None = None) -> tuple[str, bool]:
         """Returns the job id, and whether it attached to a job this identity submitted before.
-        `plan`: the whole plan `op` belongs to, for the predicted accounting."""
+        `plan`: the whole plan `op` belongs to, for the predicted accounting; `replaces`: this
+        identity's earlier job, cancelled if this one computes something else. The documents
+        travel in batches of SUBMIT_BATCH_ROWS."""
         table = documents_table(inputs)
-        command = submit_command(Submission(identity, spec, op, reuse, window, plan))
+        command = submit_command(Submission(identity, spec, op, reuse, window, plan, replaces))
         descriptor = flight.FlightDescriptor.for_command(command)
+
         def put(options):
             writer, reader = self.client.do_put(descriptor, table.schema, options=options)
             with writer:
-                writer.write_table(table)
+                writer.write_table(table, max_chunksize=SUBMIT_BATCH_ROWS)
                 writer.done_writing()
                 return json.loads(reader.read().to_pybytes())
 

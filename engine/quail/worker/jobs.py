@@ -13,6 +13,8 @@ from quail.reuse import Reuse
 
 
 ENDED = ("done", "failed", "cancelled")  # a job in one of these states never changes again
+CHARS_PER_TOKEN = 4  # English text with a BPE vocabulary, for a job's load before it is tokenized
+LOST = "lost"  # not a job's state: a trigger's report that the worker no longer answers, or knows the job
 
 
 def job_ref(job_id: str) -> str:
@@ -64,6 +66,7 @@ class Submission:
     reuse: Reuse
     window: Window = Window()
     plan: Plan | None = None  # the plan the entry belongs to; None: the operator was planned alone
+    replaces: str | None = None  # the id of this identity's earlier job, which the submitter may cancel
 
     @property
     def dag_plan(self) -> Plan:
@@ -77,7 +80,6 @@ class Job:
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
-    docs: list[list[int]] = field(default_factory=list)  # the first input's documents, as the layout renders them
     id: str = field(default_factory=lambda: secrets.token_hex(16))  # a capability: only the submitter has it
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
@@ -91,12 +93,16 @@ class Job:
     ahead: dict[str, int] = field(default_factory=dict)  # consumer -> rows whose answers it computed ahead
     error: str | None = None
     cancel_requested: bool = False
+    docs: list[list[int]] = field(default_factory=list)  # the first input's documents, as the layout renders them
     rows: int = field(init=False)
-    document_tokens: int = field(init=False)  # the load it brings
+    document_tokens: int = field(init=False)  # the load it brings; estimated from its characters until tokenized
 
     def __post_init__(self):
         self.rows = len(self.inputs[0][0])
-        self.document_tokens = sum(map(len, self.docs))
+        self.document_tokens = sum(map(len, self.inputs[0][0])) // CHARS_PER_TOKEN
+
+    def tokenized(self, docs: list[list[int]]) -> None:
+        self.docs, self.document_tokens = docs, sum(map(len, docs))
 
     @property
     def identity(self) -> Identity:

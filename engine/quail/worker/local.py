@@ -13,9 +13,11 @@ from pathlib import Path
 
 from quail.errors import QuailError
 from quail.paths import home
+from quail.trust import private_folder
 from quail.worker.client import WorkerClient
-from quail.worker.locations import unix_location
-from quail.worker.tokens import new_token, read_token
+from quail.worker.liveness import holder, pid_path
+from quail.worker.locations import socket_path, unix_location
+from quail.worker.tokens import new_token, read_token, write_token
 
 
 def _answers(location: str, token: str | None) -> bool:
@@ -32,45 +34,68 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
     """The location and token of a running local worker for this model, started if none answers.
     Its folder is private (0700) and it admits only the holder of its token, a random one in a 0600
     file beside its socket: other local users can neither reach it nor read its results. `say`
-    hears whether it was found running or started, and a started worker's start-up phases."""
+    hears whether it was found running or started, and a started worker's start-up phases.
+
+    Concurrent callers start exactly one worker: the check and the start happen under a lock on
+    the folder, and a worker still loading (its starter gone) is waited for, not doubled. A worker
+    killed while it starts is started again, until `start_timeout`."""
     ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}|{device}".encode()).hexdigest()[:12]
-    folder = home() / "worker"
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
+    folder = private_folder(home() / "worker")
     sock = folder / f"{ident}.sock"
     location = unix_location(sock)
+    deadline = time.time() + start_timeout
     with open(folder / f"{ident}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         token = read_token(location)
         if sock.exists() and token and _answers(location, token):
             say(f"the local Quail worker for {model} is already running ({location})")
             return location, token
-        token = new_token(location)  # a stale socket goes when the worker claims it; a live one is refused
-        argv = [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", model, "--dtype", dtype,
-                "--device", device, "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
-        if arena_pages:
-            argv += ["--arena-pages", str(arena_pages)]
         log_path = folder / f"{ident}.log"
-        log = open(log_path, "ab")
-        phases = _PhaseReader(log_path, say)
-        say(f"starting a local Quail worker for {model} (log: {log_path})")
-        started = time.time()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        while True:
+            phases = _PhaseReader(log_path, say)
+            if (pid := holder(pid_path(location))) is not None:
+                say(f"the local Quail worker for {model} (pid {pid}) is starting; waiting for it")
+                proc = None
+            else:
+                token = new_token()
+                write_token(location, token)
+                proc = _start(model, dtype, arena_pages, device, idle_timeout, sock, token, log_path, say)
+            if _wait_until_up(location, token, proc, pid, deadline, phases):
+                return location, token
+            if proc is not None and proc.returncode >= 0:  # it refused to start, rather than being killed
+                raise QuailError(f"the local Quail worker exited with code {proc.returncode}; see {log_path}")
+            say(f"the local Quail worker exited (code {proc.returncode if proc else 'unknown'}) before it answered; "
+                f"starting it again (log: {log_path})")
+
+
+def _start(model: str, dtype: str, arena_pages: int | None, device: str, idle_timeout: float, sock: Path,
+           token: str, log_path: Path, say: Callable[[str], None]) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", model, "--dtype", dtype,
+            "--device", device, "--socket", str(sock), "--idle-timeout", str(idle_timeout)]
+    if arena_pages:
+        argv += ["--arena-pages", str(arena_pages)]
+    say(f"starting a local Quail worker for {model} (log: {log_path})")
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 env=dict(os.environ, QUAIL_WORKER_TOKEN=token))
-        (folder / f"{ident}.pid").write_text(str(proc.pid))
-        deadline = time.time() + start_timeout
-        while not (sock.exists() and _answers(location, token)):
-            if proc.poll() is not None:
-                raise QuailError(f"the local Quail worker exited with code {proc.returncode}; "
-                                 f"see {log_path}")
-            if time.time() > deadline:
-                raise QuailError(f"the local Quail worker did not start in {start_timeout:.0f} s; "
-                                 f"see {log_path}")
+
+
+def _wait_until_up(location: str, token: str, proc: subprocess.Popen | None, pid: int | None, deadline: float,
+                   phases: "_PhaseReader") -> bool:
+    """Whether the worker answers before the deadline; False once it has exited (a killed start)."""
+    started = time.time()
+    while not (socket_path(location).exists() and _answers(location, token)):
+        if (proc.poll() is not None) if proc else holder(pid_path(location)) != pid:
             phases.read()
-            time.sleep(0.5)
+            return False
+        if time.time() > deadline:
+            raise QuailError(f"the local Quail worker did not start in time; see {phases.path}")
         phases.read()
-        say(f"the local Quail worker (pid {proc.pid}) answers after {time.time() - started:.1f} s")
-    return location, token
+        time.sleep(0.5)
+    phases.read()
+    phases.say(f"the local Quail worker (pid {proc.pid if proc else pid}) answers after "
+               f"{time.time() - started:.1f} s")
+    return True
 
 
 class _PhaseReader:
@@ -98,16 +123,19 @@ def local_workers() -> list[tuple[str, str]]:
 
 def stop_local_workers(folder: Path | None = None) -> list[int]:
     """Sends SIGTERM to the local workers started on demand (they finish their rows in flight);
-    returns the process ids that were still running."""
+    returns their process ids. Only a process that holds a worker's pid file is signalled
+    (worker/liveness.py); a dead worker's pid file is removed."""
     import signal
 
     stopped = []
-    for pid_file in sorted((folder or home() / "worker").glob("*.pid")):
-        pid = int(pid_file.read_text())
+    for pid_file in sorted((folder or private_folder(home() / "worker")).glob("*.pid")):
+        pid = holder(pid_file)
+        if pid is None:
+            pid_file.unlink(missing_ok=True)
+            continue
         try:
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)
         except ProcessLookupError:
             pass
-        pid_file.unlink(missing_ok=True)
     return stopped

@@ -9,8 +9,9 @@ The worker answers with JSON {job, attached} in the put's metadata.
 
 A job is matched by its identity *and* its content (`content_digest`): the spec, the plan entry and
 the plan, the reuse switches, the worker's model and the documents. A retry with the same content
-re-attaches; the same identity with other content (a cleared task whose input changed, or someone else's submission
-for a predictable run id) is a new job.
+re-attaches; the same identity with other content (a cleared task whose input changed, or someone
+else's submission for a predictable run id) is a new job, beside the earlier one. It cancels the
+earlier one only if it names it in `replaces`: only its submitter knows its id.
 """
 
 import functools
@@ -35,7 +36,7 @@ def submit_command(submission: Submission) -> bytes:
     sub = submission
     return json.dumps({"identity": asdict(sub.identity), "spec": sub.spec.to_dict(),
                        "operator_plan": asdict(sub.op), "reuse": asdict(sub.reuse), "window": asdict(sub.window),
-                       "dag_plan": sub.plan.to_dict() if sub.plan else None}).encode()
+                       "dag_plan": sub.plan.to_dict() if sub.plan else None, "replaces": sub.replaces}).encode()
 
 
 def _canonical(sub: Submission) -> bytes:
@@ -62,6 +63,7 @@ def content_digest(submission: Submission, model: str, documents: str) -> str:
     return hashlib.sha256(f"{submission_digest(submission, documents)}\x1f{model}".encode()).hexdigest()
 
 
+UNKNOWN_JOB = b"quail:unknown-job"  # a Flight error's extra info: the worker does not know the job (restarted)
 MAX_COMMAND_BYTES = 1 << 20  # a submission's JSON; its documents travel as the Arrow table
 
 
@@ -76,6 +78,7 @@ class _Command:
     reuse: Reuse
     window: Window = Window()
     dag_plan: Plan | None = None
+    replaces: str | None = None
     __pydantic_config__ = {"extra": "forbid"}
 
 
@@ -96,7 +99,7 @@ def parse_submit(command: bytes) -> Submission:
     w, i = c.window, c.identity
     if w.first_row < 0 or (w.table_rows is not None and w.table_rows < 0) or i.map_index < -1 or i.window < -1:
         raise QuailError(f"a malformed job submission: window {w} or identity {i} holds a negative row or index")
-    submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.dag_plan)
+    submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.dag_plan, c.replaces)
     try:
         submission.dag_plan  # the entry must belong to the plan
     except QuailError as e:

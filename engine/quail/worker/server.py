@@ -20,6 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -30,10 +31,11 @@ from quail.kinds import KINDS
 from quail.runtime import runtime_of
 from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.session import Session
+from quail.trust import private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
 from quail.worker.jobs import Job
 from quail.worker.locations import socket_path
-from quail.worker.protocol import content_digest, documents_digest, parse_submit, split_documents
+from quail.worker.protocol import UNKNOWN_JOB, content_digest, documents_digest, parse_submit, split_documents
 
 MAX_ACTION_BYTES = 256  # a job id
 
@@ -52,13 +54,20 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
             raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
 
 
-def claim_socket(location: str) -> Path | None:
-    """A Unix socket path that no live worker holds. A stale socket of this user's, from a worker
-    that died, is removed; anything else at the path (a file, a folder, a link, another user's
-    socket) is refused, never removed. gRPC would silently take over a live one's path."""
+def claim_location(location: str) -> Path | None:
+    """Checks that no live worker holds `location`, and returns its Unix socket path (None for a TCP
+    port). A stale socket of this user's, from a worker that died, is removed; anything else at the
+    path (a file, a folder, a link, another user's socket), or a socket in a folder that other users
+    can write, is refused, never removed. gRPC would silently take over a live one's path."""
     path = socket_path(location)
     if path is None:
+        host, port = urlsplit(location).hostname, urlsplit(location).port
+        with socket.socket(socket.AF_INET6 if ":" in (host or "") else socket.AF_INET) as probe:
+            probe.settimeout(2.0)
+            if probe.connect_ex((host, port)) == 0:
+                raise QuailError(f"something already listens on {host}:{port}; stop it or choose another --port")
         return None
+    private_folder(path.parent)
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -83,6 +92,16 @@ def claim_socket(location: str) -> Path | None:
     return path
 
 
+def _read_batches(reader) -> pa.Table:
+    """The submission's documents, as the client streamed them, batch by batch."""
+    batches = []
+    while True:
+        try:
+            batches.append(reader.read_chunk().data)
+        except StopIteration:
+            return pa.Table.from_batches(batches, schema=reader.schema)
+
+
 def _what(mode: int) -> str:
     return "a folder" if stat.S_ISDIR(mode) else "a link" if stat.S_ISLNK(mode) else \
         "a file" if stat.S_ISREG(mode) else "not a socket"
@@ -93,10 +112,12 @@ class Worker(flight.FlightServerBase):
                  idle_timeout: float | None = None, max_jobs: int = 8):
         if not token:
             raise QuailError("a worker needs a token (quail.worker.tokens)")
-        sock = claim_socket(location)
+        sock = claim_location(location)
         old_umask = os.umask(0o177)  # the socket is created 0600 whatever the caller's umask
         try:
             super().__init__(location, middleware={"token": _TokenCheck(token)})
+        except (pa.ArrowException, OSError) as e:
+            raise QuailError(f"the worker cannot listen on {location}: {str(e).splitlines()[0]}") from None
         finally:
             os.umask(old_umask)
         if sock is not None:
@@ -105,7 +126,7 @@ class Worker(flight.FlightServerBase):
         self.model = f"{session.loaded.name}|{session.loaded.model.dtype}"
         self.ttl = ttl
         self.jobs: dict[str, Job] = {}
-        self.by_identity: dict[str, str] = {}
+        self.by_identity: dict[str, list[str]] = {}  # an identity's jobs: a resubmission with other content adds one
         self.lock = threading.Lock()
         self.runners = ThreadPoolExecutor(max_jobs, thread_name_prefix="quail-job")
         self.store = SelectivityStore()
@@ -144,33 +165,30 @@ class Worker(flight.FlightServerBase):
         self.last_call = time.time()
         try:
             submission = parse_submit(descriptor.command)
-            inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
+            inputs = split_documents(_read_batches(reader), KINDS[submission.spec.kind].arity)
         except QuailError as e:
             raise flight.FlightServerError(str(e))
         documents = documents_digest(inputs)
         content = content_digest(submission, self.model, documents)
-        identity = submission.identity
-        # tokenized once, outside the lock: the job's load now, its prediction when it has run
-        docs = self.session.layout.documents(inputs[0][0])
-        with self.lock:
+        key = submission.identity.key
+        with self.lock:  # answered at once: the documents are tokenized by the job, not here
             self._expire()
-            existing = self.jobs.get(self.by_identity.get(identity.key, ""))
-            attached = (existing is not None and existing.content == content
-                        and existing.state not in ("failed", "cancelled"))
-            if attached:
-                job = existing
-            else:
-                if existing is not None:  # stale: the task's input or its operator changed since
-                    self._cancel(existing)
-                job = Job(submission, inputs, content, documents, docs)
+            same = [self.jobs[i] for i in self.by_identity.get(key, []) if i in self.jobs]
+            job = next((j for j in same if j.content == content and j.state not in ("failed", "cancelled")), None)
+            attached = job is not None
+            if not attached:
+                for earlier in same:  # only its submitter knows its id (worker/protocol.py)
+                    if earlier.id == submission.replaces:
+                        self._cancel(earlier)
+                job = Job(submission, inputs, content, documents)
                 self.jobs[job.id] = job
-                self.by_identity[identity.key] = job.id
+                self.by_identity.setdefault(key, []).append(job.id)
                 self.runners.submit(self._run, job)
         writer.write(pa.py_buffer(json.dumps({"job": job.id, "attached": attached}).encode()))
 
     def do_get(self, context, ticket):
         self.last_call = time.time()
-        job = self._job(ticket.ticket.decode())
+        job = self._job(ticket.ticket.decode("utf-8", "replace"))
         if job.state != "done":
             raise flight.FlightServerError(f"job {job.id} is {job.state}{': ' + job.error if job.error else ''}")
         return flight.RecordBatchStream(job.answers)
@@ -230,15 +248,18 @@ class Worker(flight.FlightServerBase):
         job = self.jobs.get(job_id)
         if job is None:
             raise flight.FlightServerError(f"no job {job_id!r} on this worker (finished results expire after "
-                                           f"{self.ttl:.0f} s)")
+                                           f"{self.ttl:.0f} s)", extra_info=UNKNOWN_JOB)
         return job
 
     def _expire(self) -> None:
         now = time.time()
         for job in [j for j in self.jobs.values() if j.finished and now - j.finished > self.ttl]:
             del self.jobs[job.id]
-            if self.by_identity.get(job.identity.key) == job.id:
-                del self.by_identity[job.identity.key]
+            ids = self.by_identity.get(job.identity.key, [])
+            if job.id in ids:
+                ids.remove(job.id)
+            if not ids:
+                self.by_identity.pop(job.identity.key, None)
 
     def _run(self, job: Job) -> None:
         with self.lock:
@@ -254,6 +275,7 @@ class Worker(flight.FlightServerBase):
 
         try:
             sub = job.submission
+            job.tokenized(self.session.layout.documents(job.inputs[0][0]))
             partners = job.inputs[1][0] if len(job.inputs) > 1 else []
             # before computing: what the answer store holds now, not what the job adds to it
             predicted = predict(self.session, sub.dag_plan, sub.spec, job.docs, partners, reached=True,

@@ -11,20 +11,32 @@ from pathlib import Path
 
 from quail.errors import QuailError
 from quail.paths import home
+from quail.trust import owned_file, private_folder
 from quail.worker.locations import socket_path
 
 
-def token_path(location: str) -> Path:
+def beside(location: str, suffix: str) -> Path:
+    """Where a worker keeps a file of its own (its token, its pid): beside its Unix socket, or
+    under $QUAIL_HOME/worker for a TCP port."""
     if (sock := socket_path(location)) is not None:
-        return sock.with_suffix(".token")
+        return sock.with_suffix(suffix)
     where = re.sub(r"[^A-Za-z0-9.-]+", "_", location.split("://", 1)[-1])
-    return home() / "worker" / f"{where}.token"
+    return private_folder(home() / "worker") / f"{where}{suffix}"
+
+
+def token_path(location: str) -> Path:
+    return beside(location, ".token")
 
 
 def read_token(location: str) -> str | None:
-    """The token a worker at `location` wrote for its user, if this user can read one."""
+    """The token a worker at `location` wrote for its user, if there is one; a token file that
+    another user owns or can read or write is refused (it could be a planted one, sending this
+    user's clients to someone else's worker)."""
+    path = token_path(location)
+    if not owned_file(path, readable_by_others=False):
+        return None
     try:
-        return token_path(location).read_text().strip() or None
+        return path.read_text().strip() or None
     except OSError:
         return None
 
@@ -32,25 +44,34 @@ def read_token(location: str) -> str | None:
 TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
 
 
-def new_token(location: str) -> str:
-    """Writes a new random token for the worker at `location`. What lies at its path is replaced only
-    when it is a token an earlier worker of this user wrote; anything else is refused, never removed."""
+def check_token_path(location: str) -> Path:
+    """The token file's path, if what lies there may be replaced: nothing, or a token an earlier
+    worker of this user wrote; anything else is refused, never removed."""
     path = token_path(location)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         st = path.lstat()
     except FileNotFoundError:
-        pass
-    else:
-        if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_size <= 64
-                and TOKEN.fullmatch(path.read_text(errors="replace").strip())):
-            raise QuailError(f"token file {path} exists and is not a token this user's worker wrote; it is left "
-                             f"as it is: move it, or choose another socket or port")
-        path.unlink()
+        return path
+    if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_size <= 64
+            and TOKEN.fullmatch(path.read_text(errors="replace").strip())):
+        raise QuailError(f"token file {path} exists and is not a token this user's worker wrote; it is left "
+                         f"as it is: move it, or choose another socket or port")
+    return path
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def write_token(location: str, token: str) -> None:
+    """Writes the worker's token where its user's clients read it (0600, replacing an earlier
+    worker's). Called once the worker listens, so a worker that cannot listen leaves the live
+    one's token as it is."""
+    path = check_token_path(location)
+    path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(32))
-    return read_token(location)
+        f.write(token)
 
 
 def token_from_file(path: str) -> str:

@@ -125,39 +125,41 @@ def test_a_deferred_task_whose_input_changed_while_it_waited_writes_nothing(loca
     assert not os.path.exists(target)
 
 
-def test_a_task_whose_worker_died_resumes_from_the_first_unstaged_window(local_default, tmp_path, monkeypatch):
-    """Three windows; the worker is killed once the second is staged. The task fails; its retry
-    starts a new worker, computes only the third window there, and writes one whole output."""
+def test_a_task_whose_worker_died_goes_on_within_its_try(local_default, tmp_path, monkeypatch, capsys):
+    """Three windows; the worker is killed while the second window's job runs. The same try starts
+    a new worker, resubmits from the second window there, and writes one whole output."""
     import pyarrow as pa
-    import pytest
-    from airflow.exceptions import AirflowException
 
     from airflow_quail.staging import WindowStage
     from quail.cli.main import _whole_table
+    from quail.worker.client import WorkerClient
 
     source, target = tmp_path / "news.parquet", str(tmp_path / "out.parquet")
     texts = [f"Match report {i}: the home side won." for i in range(12)]
     pq.write_table(pa.table({"id": list(range(12)), "text": texts}), source)
     op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target, threshold=0.0,
                            predicates=["Is this about sport?"], window_rows=4)
-    put, staged = WindowStage.put, []
+    put, staged, submit, killed = WindowStage.put, [], WorkerClient.submit, []
 
-    def put_then_kill_the_worker(self, *args):
-        put(self, *args)
-        staged.append(args[0])
-        if len(staged) == 2:
+    def submit_then_kill_the_worker(self, identity, *args, **kwargs):
+        job = submit(self, identity, *args, **kwargs)
+        if identity.window == 1 and not killed:
             [pid] = local_default.glob("*.pid")
-            os.kill(int(pid.read_text()), signal.SIGKILL)
+            os.kill(killed.append(int(pid.read_text())) or killed[0], signal.SIGKILL)
+        return job
 
-    monkeypatch.setattr(WindowStage, "put", put_then_kill_the_worker)
-    with pytest.raises(AirflowException, match="no Quail worker answers"):
-        op.execute(_context(1))
-    assert not os.path.exists(target) and staged == [0, 1]
-    manifest = op.execute(_context(2))
-    [job] = QuailHook().get_conn().status()  # the new worker computed one window: the third
-    assert job["identity"]["window"] == 2 and job["rows"] == 4 and staged == [0, 1, 2]
-    assert (job["first_row"], job["table_rows"]) == (8, 12)  # where it stands in the whole table
-    assert "table: 12/12 rows (100%)" in _whole_table(job)
+    monkeypatch.setattr(WindowStage, "put", lambda self, *args: put(self, *args) or staged.append(args[0]))
+    monkeypatch.setattr(WorkerClient, "submit", submit_then_kill_the_worker)
+    manifest = op.execute(_context(1))
+    log = "".join(capsys.readouterr())
+    assert "no Quail worker answers" in log and "answers; resubmitting" in log, log
+    [pid] = local_default.glob("*.pid")
+    assert int(pid.read_text()) != killed[0]  # a new worker
+    jobs = QuailHook().get_conn().status()  # the new worker computed the second and third windows
+    assert sorted(j["identity"]["window"] for j in jobs) == [1, 2] and staged == [0, 1, 2]
+    [last] = [j for j in jobs if j["identity"]["window"] == 2]
+    assert (last["first_row"], last["table_rows"]) == (8, 12)  # where it stands in the whole table
+    assert "table: 12/12 rows (100%)" in _whole_table(last)
     out = pq.read_table(target)
     assert out.column("text").to_pylist() == texts and manifest["rows_out"] == 12 and manifest["windows"] == 3
     assert manifest["stats"]["tokens_computed"] + sum(manifest["stats"]["tokens_reused"].values()) \

@@ -113,6 +113,39 @@ def test_a_5mb_csv_document_is_read_and_truncate_is_predicted_truly(tmp_path, ca
     assert code == 0 and predicted <= 8192  # smollm2's context, not the 1.1 million tokens of the document
 
 
+LONG = "word " * 8300  # past smollm2's context of 8,192 tokens
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["filter", "{news}", "--text-column", "text", "--predicate", "Sport?", "--predicate", LONG],
+     "operator 'filter': predicate 2 is 8,3"),
+    (["classify", "{news}", "--text-column", "text", "--label", "a", "--label", "b", "--question", LONG],
+     "operator 'classify': question with its labels is 8,3"),
+    (["join", "{news}", "{news}", "--left-column", "text", "--right-column", "text", "--condition", LONG],
+     "operator 'join': condition is 8,3"),
+])
+def test_a_question_longer_than_the_context_is_refused_before_any_computing(news, tmp_path, capsys, monkeypatch,
+                                                                           argv, says):
+    monkeypatch.setattr("quail.executor.engine.Engine.run", lambda *a, **k: pytest.fail("computed"))
+    argv = [a.format(news=news) for a in argv]
+    for truncate in (["--truncate"], []):
+        code, err, _ = run(capsys, *argv, "--output", tmp_path / "o.parquet", *MODEL, *truncate)
+        assert code == 2 and f"quail: error: {says}" in err, err
+        assert "tokens with its prompt, which leaves 0 of the model's 8,192-token context" in err
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_long_predicate_of_a_later_operator_is_refused_before_the_first_runs(news, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("quail.executor.engine.Engine.run", lambda *a, **k: pytest.fail("computed"))
+    doc = {"tables": {"n": str(news)}, "operators": [
+        {"name": "short", "filter": {"input": "n", "column": "text", "predicates": ["Sport?"]}, "output": "a.parquet"},
+        {"name": "long", "filter": {"input": "short", "column": "text", "predicates": [LONG]},
+         "output": "b.parquet"}]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    refused(capsys, "pipeline", tmp_path / "p.yaml", *MODEL, "--truncate", says="operator 'long': predicate is 8,3")
+    assert not (tmp_path / "a.parquet").exists()
+
+
 # The fuzz: any argv or pipeline file either runs up to the model (stopped there: nothing is computed)
 # or is refused with `quail: error:`; nothing else escapes, and a refused run leaves no file.
 

@@ -3,7 +3,7 @@ prompts and the tokens its prediction needs. Pure: no torch, no pyarrow, nothing
 model. How a kind computes and shapes its output is its run-time class (quail/runtime/)."""
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from quail.errors import QuailError
@@ -29,6 +29,8 @@ class Layout(Protocol):
     def label(self, label: str) -> list[int]: ...
     def pair_question(self, condition: str, name: str) -> list[int]: ...
     def partners(self, texts: list[str], name: str) -> list[list[int]]: ...
+
+    document_head: int  # the tokens of a document besides its text
 
 
 class OperatorKind:
@@ -66,6 +68,7 @@ class OperatorKind:
             raise QuailError(f"{where}: calibration {spec.calibration!r} is not one of {', '.join(CALIBRATIONS)}")
 
     question_word = "question"
+    prompt_word: str | None = None  # what makes its prompt long, where more than the question
 
     def check_limit(self, spec: OperatorSpec, where: str) -> None:
         if spec.limit is not None:
@@ -92,6 +95,20 @@ class OperatorKind:
         """The most tokens a document keeps under --truncate: the context less what follows it in
         its longest prompt (as Session cuts them)."""
         return context - max(t.questions)
+
+    def check_room(self, layout: Layout, spec: OperatorSpec, context: int, where: str) -> None:
+        """Refuses, before any work, a question so long that its prompt leaves a document's text no
+        room in the model's context: cut to fit, every document would be the same few tokens, and
+        every row would get the same answer."""
+        several = len(spec.questions) > 1
+        for i, question in enumerate(spec.questions, 1):
+            t = self.tokens(layout, replace(spec, questions=(question,)), [], [])
+            room = self.document_room(t, context) - layout.document_head
+            if room < 1:
+                word = f"{self.question_word} {i}" if several else self.prompt_word or self.question_word
+                raise QuailError(f"{where}: {word} is {t.questions[0] + max(t.labels, default=0):,} tokens with its "
+                                 f"prompt, which leaves {max(room, 0)} of the model's {context:,}-token context for "
+                                 f"a document's text; shorten the {self.prompt_word or self.question_word}")
 
     def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
         """Per document: (probability it is asked, tokens beyond the document) for each prompt, and

@@ -27,6 +27,7 @@ class Classify(OperatorKind):
     name = "classify"
     summary = "label each row with one of the given labels"
     settings = ClassifySettings
+    prompt_word = "question with its labels"
 
     def add_arguments(self, p):
         p.add_argument("input")

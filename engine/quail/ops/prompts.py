@@ -54,6 +54,11 @@ class PromptLayout:
                              f"yes/no answer (a classify needs none)")
         return sorted(ids)
 
+    @functools.cached_property
+    def document_head(self) -> int:
+        """The tokens of a document besides its text: the preamble, its heading and the blank line."""
+        return len(self.preamble) + len(self.tok.encode(_headed(ANCHOR, [""])[0]))
+
     def document(self, text: str) -> list[int]:
         return self.documents([text])[0]
 

@@ -28,6 +28,7 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
             inputs: list[tuple[list[str], list[int]]], truncate: bool = False, progress=None,
             scope: str = "") -> tuple[pa.Table, Stats]:
     """inputs: per input, its texts and their row numbers. Returns the answers and the accounting."""
+    kind_of(spec.kind).check_room(session.layout, spec, session.context, f"operator {spec.name!r}")
     reuse = Reuse(op.chain_mode and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
                   reuse.borrowing, reuse.answers)
     return runtime_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)

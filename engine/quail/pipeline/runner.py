@@ -93,7 +93,10 @@ class Runner:
 
     def predict(self, session: Session, plan: Plan) -> dict[str, Prediction]:
         """Each operator's predicted accounting over the rows of its source table, window by window
-        (a join's output, not known before it runs, predicts nothing)."""
+        (a join's output, not known before it runs, predicts nothing). Refuses first, before any
+        operator runs, a question that leaves documents no room in the context."""
+        for s in plan.specs:
+            kind_of(s.kind).check_room(session.layout, s, session.context, f"operator {s.name!r}")
         specs = {s.name: s for s in plan.specs}
 
         def table_of(name: str) -> str | None:

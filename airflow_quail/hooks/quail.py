@@ -23,6 +23,7 @@ class QuailHook(BaseHook):
     Extras that bound the waiting: `timeout`, the seconds one call to a worker may take (default
     30); `worker_lost_timeout`, the seconds a task waits for a worker that died or stopped
     answering to come back (a local one is started again) before its try fails (default 600).
+    `max_tokens`: the budget of the tasks whose operators set none (BaseLLMOperator).
 
     :param quail_conn_id: the connection; quail_default may be absent (the embedded default)
     """
@@ -78,6 +79,15 @@ class QuailHook(BaseHook):
     def timeout(self) -> float:
         """The extra `timeout`: seconds one call to a worker may take."""
         return self._seconds("timeout", DEFAULT_TIMEOUT)
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The extra `max_tokens`: the tokens a task may compute, unless its operator says otherwise."""
+        value = self._remote()[2].get("max_tokens")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise QuailError(f"connection {self.quail_conn_id!r}: the extra 'max_tokens' must be a whole number "
+                             f"above 0, not {value!r}")
+        return value
 
     @property
     def worker_lost_timeout(self) -> float:

@@ -22,7 +22,7 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.pipeline.explain import describe_run
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
-from quail.pipeline.windows import OperatorDone, Window, WindowDone, check_window_rows, drive
+from quail.pipeline.windows import OperatorDone, Window, WindowDone, check_budget, check_window_rows, drive
 from quail.planner.plan import OperatorPlan, Plan, plan
 from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec
@@ -66,6 +66,10 @@ class BaseLLMOperator(BaseOperator):
     :param ahead: whether the worker may compute this operator's answers ahead, in the jobs of the
         operator whose output it reads (README, "The answer store"): by default when it surely runs
         after it (trigger rule all_success, no branch above it); True or False to say so
+    :param max_tokens: the tokens the task may compute; by default the connection's extra `max_tokens`,
+        else none. A plan that predicts more is refused before anything is submitted (the task first
+        sends its windows for prediction only: a tokenizing pass), and a run that computes more
+        stops at the window where it does, with no output.
     :param calibration: "contextual" divides out each question's answer on content-free documents
         (Zhao et al., 2021); "none" keeps the model's raw probabilities; "auto", the default, is the
         one measured best for the worker's model (contextual for qwen2.5-coder-1.5b)
@@ -79,7 +83,7 @@ class BaseLLMOperator(BaseOperator):
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, calibration: str = "auto",
-                 ahead: bool | None = None, **kwargs):
+                 ahead: bool | None = None, max_tokens: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.target = target
         self.deferrable = deferrable
@@ -89,6 +93,7 @@ class BaseLLMOperator(BaseOperator):
         self.window_rows = window_rows
         self.calibration = calibration
         self.ahead = ahead
+        self.max_tokens = max_tokens
 
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError
@@ -139,6 +144,10 @@ class BaseLLMOperator(BaseOperator):
             where, spec = check_target(self.target, self.sources()), self.spec()  # before any work
             run = self._task_run(context, where, ended)
             (source, _), *others = self.inputs()
+            others = [(read_source(s), s) for s, _ in others]
+            budget = self._budget(run)
+            if budget is not None and ended is None:
+                check_budget(self.task_id, self._predicted(run, spec, source, others), budget)
             started, staged, ahead = time.monotonic(), [], {}
 
             def step(window: Window) -> WindowDone:
@@ -149,9 +158,8 @@ class BaseLLMOperator(BaseOperator):
                 return WindowDone(record["rows"], record["counted"], Stats.from_dict(record["stats"]),
                                   Prediction.from_dict(record["predicted"]))
 
-            done = drive(spec, iter_source(source, self.window_rows), source,
-                         [(read_source(s), s) for s, _ in others], step,
-                         after=lambda w, d, total: self._log_window(total, run.total_rows, started))
+            done = drive(spec, iter_source(source, self.window_rows), source, others, step,
+                         after=lambda w, d, total: self._log_window(total, run.total_rows, started), max_tokens=budget)
             write_target(run.stage.tables(staged), self.target)
             run.stage.clear()
         except QuailError as e:
@@ -169,6 +177,31 @@ class BaseLLMOperator(BaseOperator):
                 "computed_ahead": ahead,
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
+
+    def _budget(self, run: "_TaskRun") -> int | None:
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 1):
+            raise QuailError(f"task {self.task_id!r}: max_tokens must be a whole number above 0, not "
+                             f"{self.max_tokens!r}")
+        return self.max_tokens if self.max_tokens is not None else run.hook.max_tokens
+
+    def _predicted(self, run: "_TaskRun", spec: OperatorSpec, source: str, others: list) -> Prediction:
+        """The plan's accounting of the whole task, predicted by the worker window by window, with
+        nothing computed."""
+        def step(window: Window) -> WindowDone:
+            job, _ = run.client.submit(replace(run.identity, window=window.k), window.spec, run.op, run.reuse,
+                                       window.inputs, JobWindow(window.offset, run.total_rows, window.last), run.plan,
+                                       predict_only=True)
+            status = run.client.wait(job)
+            if status["state"] != "done":
+                raise QuailError(f"predicting window {window.k}: {status['state']}: {status['error']}")
+            return WindowDone(0, 0, Stats(), Prediction.from_dict(status["predicted"]))
+
+        predicted = drive(spec, iter_source(source, self.window_rows), source, others, step).predicted
+        self.log.info("the plan predicts %s computed tokens of %s; the budget is %s",
+                      f"{round(predicted.tokens_computed):,}", f"{round(predicted.tokens_naive):,}",
+                      f"{self._budget(run):,}")
+        return predicted
 
     def _task_run(self, context, where, ended: tuple[int, dict] | None) -> "_TaskRun":
         ti = context["ti"]

@@ -61,3 +61,28 @@ def test_a_null_names_its_row_when_it_fails():
 def test_window_rows_out_of_range_are_refused(rows):
     with pytest.raises(QuailError, match="window_rows must be between 1 and"):
         check_window_rows(rows, "window_rows")
+
+
+def test_a_budget_stops_the_driver_at_the_window_that_passes_it():
+    seen = []
+
+    def step(w):
+        seen.append(w.k)
+        return WindowDone(3, 0, Stats(tokens_naive=40, tokens_computed=40), Prediction())
+
+    spec = OperatorSpec("f", "filter", ("t",), ("text",), ("Q?",))
+    assert drive(spec, _windows([3, 3, 3]), "t", [], step, max_tokens=120).stats.tokens_computed == 120
+    with pytest.raises(QuailError, match=r"'f' passed its budget: 80 tokens computed by window 1 \(rows 3-5\), "
+                                         r"over max_tokens 79; it stopped there"):
+        drive(spec, _windows([3, 3, 3]), "t", [], step, max_tokens=79)
+    assert seen[3:] == [0, 1]  # the third window was never computed
+
+
+def test_a_plan_that_predicts_more_than_the_budget_is_refused():
+    from quail.pipeline.windows import check_budget
+
+    check_budget("f", Prediction(100.0, 50.0), 50)
+    check_budget("f", Prediction(100.0, 50.0), None)
+    with pytest.raises(QuailError, match=r"'f': the plan predicts 51 computed tokens, over its budget "
+                                         r"\(--max-tokens 50\); nothing was computed"):
+        check_budget("f", Prediction(100.0, 51.0), 50, "--max-tokens")

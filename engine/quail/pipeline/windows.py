@@ -67,8 +67,10 @@ class Windowed:
     count, and its totals. A consumer in a chain (pipeline/runner.py) is fed its producer's output
     windows through one of these, as the head is fed its table's."""
 
-    def __init__(self, spec: OperatorSpec, source: str, others: list[tuple[pa.Table, str]], on_null: str = "fail"):
+    def __init__(self, spec: OperatorSpec, source: str, others: list[tuple[pa.Table, str]], on_null: str = "fail",
+                 max_tokens: int | None = None):
         self.spec, self.source, self.others, self.on_null = spec, source, others, on_null
+        self.max_tokens = max_tokens
         self.fixed = [text_column(t, c, name, on_null) for (t, name), c in zip(others, spec.columns[1:])]
         self.total, self.counted, self.next_row, self.k = OperatorDone(), 0, 0, 0
 
@@ -90,6 +92,10 @@ class Windowed:
         self.total.add(table.num_rows, done)
         self.counted += done.counted
         self.next_row, self.k = window.offset + table.num_rows, self.k + 1
+        if self.max_tokens is not None and (computed := self.total.stats.tokens_computed) > self.max_tokens:
+            raise QuailError(f"operator {self.spec.name!r} passed its budget: {computed:,} tokens computed by "
+                             f"window {window.k} (rows {window.offset}-{self.next_row - 1}), over max_tokens "
+                             f"{self.max_tokens:,}; it stopped there and wrote no output")
 
     def finish(self) -> OperatorDone:
         if self.total.stats is None:
@@ -100,10 +106,12 @@ class Windowed:
 
 def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: str,
           others: list[tuple[pa.Table, str]], step: Callable[[Window], WindowDone], on_null: str = "fail",
-          after: Callable[[Window, WindowDone, OperatorDone], None] = lambda *_: None) -> OperatorDone:
+          after: Callable[[Window, WindowDone, OperatorDone], None] = lambda *_: None,
+          max_tokens: int | None = None) -> OperatorDone:
     """Runs `step` on each window of the first input (`windows`, read from `source`) in order, with
-    `others` (table, name) read whole; `after` sees each window once it is done."""
-    op = Windowed(spec, source, others, on_null)
+    `others` (table, name) read whole; `after` sees each window once it is done. Stops with an
+    error at the window where the tokens computed pass `max_tokens`."""
+    op = Windowed(spec, source, others, on_null, max_tokens)
     ahead = next(windows)
     while ahead is not None:
         (offset, table), ahead = ahead, next(windows, None)
@@ -114,6 +122,14 @@ def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: s
         if op.satisfied:
             break
     return op.finish()
+
+
+def check_budget(name: str, predicted: Prediction, max_tokens: int | None, what: str = "max_tokens") -> None:
+    """Refuses, before anything is computed, an operator whose plan predicts more computed tokens
+    than its budget."""
+    if max_tokens is not None and predicted.tokens_computed > max_tokens:
+        raise QuailError(f"operator {name!r}: the plan predicts {round(predicted.tokens_computed):,} computed tokens, "
+                         f"over its budget ({what} {max_tokens:,}); nothing was computed")
 
 
 def check_window_rows(rows: int, what: str = "--window-rows") -> int:

@@ -50,7 +50,7 @@ class WorkerClient:
                              f"(the `timeout` setting, in the quail connection's extra)") from None
         except flight.FlightServerError as e:
             error = WorkerLost if e.extra_info == UNKNOWN_JOB else QuailError
-            raise error(f"the Quail worker: {str(e).splitlines()[0].removesuffix('. Detail: Failed')}") from None
+            raise error(f"the Quail worker: {str(e).splitlines()[0].split('. Detail: ')[0]}") from None
 
     def _action(self, name: str, body: str = ""):
         action = flight.Action(name, body.encode())
@@ -59,13 +59,14 @@ class WorkerClient:
 
     def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
                inputs: list[tuple[list[str], list[int]]], window: Window = Window(),
-               plan: Plan | None = None, replaces: str | None = None) -> tuple[str, bool]:
+               plan: Plan | None = None, replaces: str | None = None, predict_only: bool = False) -> tuple[str, bool]:
         """Returns the job id, and whether it attached to a job this identity submitted before.
         `plan`: the whole plan `op` belongs to, for the predicted accounting; `replaces`: this
-        identity's earlier job, cancelled if this one computes something else. The documents
+        identity's earlier job, cancelled if this one computes something else; `predict_only`: the
+        job predicts its accounting (its status's `predicted`) and computes nothing. The documents
         travel in batches of SUBMIT_BATCH_ROWS."""
         table = documents_table(inputs)
-        command = submit_command(Submission(identity, spec, op, reuse, window, plan, replaces))
+        command = submit_command(Submission(identity, spec, op, reuse, window, plan, replaces, predict_only))
         descriptor = flight.FlightDescriptor.for_command(command)
 
         def put(options):

@@ -67,6 +67,7 @@ class Submission:
     window: Window = Window()
     plan: Plan | None = None  # the plan the entry belongs to; None: the operator was planned alone
     replaces: str | None = None  # the id of this identity's earlier job, which the submitter may cancel
+    predict_only: bool = False  # the job's predicted accounting only, for a budget checked before any computing
 
     @property
     def dag_plan(self) -> Plan:

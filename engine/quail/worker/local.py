@@ -57,10 +57,9 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
                 say(f"the local Quail worker for {model} (pid {pid}) is starting; waiting for it")
                 proc = None
             else:
-                token = new_token()
-                write_token(location, token)
+                write_token(location, token := new_token())
                 proc = _start(model, dtype, arena_pages, device, idle_timeout, sock, token, log_path, say)
-            if _wait_until_up(location, token, proc, pid, deadline, phases):
+            if token := _wait_until_up(location, proc, pid, deadline, phases):
                 return location, token
             if proc is not None and proc.returncode >= 0:  # it refused to start, rather than being killed
                 raise QuailError(f"the local Quail worker exited with code {proc.returncode}; see {log_path}")
@@ -80,14 +79,15 @@ def _start(model: str, dtype: str, arena_pages: int | None, device: str, idle_ti
                                 env=dict(os.environ, QUAIL_WORKER_TOKEN=token))
 
 
-def _wait_until_up(location: str, token: str, proc: subprocess.Popen | None, pid: int | None, deadline: float,
-                   phases: "_PhaseReader") -> bool:
-    """Whether the worker answers before the deadline; False once it has exited (a killed start)."""
+def _wait_until_up(location: str, proc: subprocess.Popen | None, pid: int | None, deadline: float,
+                   phases: "_PhaseReader") -> str | None:
+    """The worker's token once it answers; None if it exits first (a killed start). The token is
+    read anew each time: a worker whose starter died was given the one its starter wrote."""
     started = time.time()
-    while not (socket_path(location).exists() and _answers(location, token)):
+    while not (socket_path(location).exists() and (token := read_token(location)) and _answers(location, token)):
         if (proc.poll() is not None) if proc else holder(pid_path(location)) != pid:
             phases.read()
-            return False
+            return None
         if time.time() > deadline:
             raise QuailError(f"the local Quail worker did not start in time; see {phases.path}")
         phases.read()
@@ -95,7 +95,7 @@ def _wait_until_up(location: str, token: str, proc: subprocess.Popen | None, pid
     phases.read()
     phases.say(f"the local Quail worker (pid {proc.pid if proc else pid}) answers after "
                f"{time.time() - started:.1f} s")
-    return True
+    return token
 
 
 class _PhaseReader:

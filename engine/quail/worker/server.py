@@ -280,6 +280,9 @@ class Worker(flight.FlightServerBase):
             # before computing: what the answer store holds now, not what the job adds to it
             predicted = predict(self.session, sub.dag_plan, sub.spec, job.docs, partners, reached=True,
                                 answers=sub.reuse.answers)
+            if sub.predict_only:
+                job.predicted, job.state = predicted.rounded(), "done"
+                return
             answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
                                      scope=sub.identity.scope)
             predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, job.inputs[0][0]))
@@ -297,7 +300,7 @@ class Worker(flight.FlightServerBase):
         except Exception as e:  # an engine bug: report it to the task instead of killing the worker
             job.error, job.state = f"{type(e).__name__}: {e}", "failed"
         finally:
-            if job.window.last:
+            if job.window.last and not job.submission.predict_only:
                 self.session.engine.consumed(job.identity.scope + job.spec.name)
             job.release_inputs()
             job.finished = time.time()

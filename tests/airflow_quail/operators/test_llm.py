@@ -2,6 +2,7 @@
 worker (the identity has no try number); a cleared task re-run on changed input computes it anew;
 windows are staged and a retry resumes after the first unstaged one; the output is written once."""
 
+import json
 import multiprocessing
 import os
 import signal
@@ -239,3 +240,49 @@ def test_a_setting_of_the_wrong_type_names_the_task_and_the_key_before_any_work(
     with pytest.raises(AirflowException, match="task 'sport': 'limit' must be a whole number of rows, got '5'"):
         op.execute(_context(1))
     assert not local_default.exists()  # no worker was started: nothing was sent
+
+
+def test_a_budget_refuses_a_plan_that_predicts_more_and_stops_a_run_that_computes_more(local_default, tmp_path,
+                                                                                         monkeypatch):
+    """max_tokens (or the connection's extra): the worker predicts the task window by window with
+    nothing computed, and a plan over the budget is refused; a run whose prediction fits but
+    whose computing passes the budget stops at that window, with no output."""
+    import pyarrow as pa
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    from quail.worker.client import WorkerClient
+
+    source, target = tmp_path / "news.parquet", tmp_path / "out.parquet"
+    texts = [f"Match report {i}: the home side won." for i in range(12)]
+    pq.write_table(pa.table({"text": texts}), source)
+
+    def op(**kwargs):
+        return LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=str(target),
+                                 predicates=["Is this about sport?"], threshold=0.0, window_rows=4, **kwargs)
+
+    with pytest.raises(AirflowException, match=r"'sport': the plan predicts [\d,]+ computed tokens, over its budget "
+                                               r"\(max_tokens 10\); nothing was computed"):
+        op(max_tokens=10).execute(_context(1))
+    jobs = QuailHook().get_conn().status()
+    assert len(jobs) == 3 and all(j["tokens_computed"] == 0 and j["stats"] is None for j in jobs)
+    predicted = jobs[0]["predicted"]["tokens_computed"]
+    with pytest.raises(AirflowException, match="must be a whole number above 0"):
+        op(max_tokens=0).execute(_context(1))
+
+    # a prediction that fits, and a computing that does not (the prediction made too small here)
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
+        {"conn_type": "quail", "extra": {"model": "smollm2-135m", "dtype": "float32", "arena_pages": 1024,
+                                         "max_tokens": predicted + 1}}))
+    status = WorkerClient.status
+
+    def predicting_less(self, job_id=""):
+        s = status(self, job_id)
+        if job_id and s["predicted"] and s["stats"] is None:
+            s["predicted"]["tokens_computed"] = 0
+        return s
+
+    monkeypatch.setattr(WorkerClient, "status", predicting_less)
+    with pytest.raises(AirflowException, match=r"passed its budget: [\d,]+ tokens computed by window 1 \(rows 4-7\)"):
+        op().execute(_context(1))
+    assert not target.exists()

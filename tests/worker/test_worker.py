@@ -1,6 +1,8 @@
 """The worker over Arrow Flight on a Unix socket: jobs, re-attaching, retention across jobs of one
 DAG run, isolation between runs, and the token."""
 
+import time
+
 import pytest
 
 from quail.errors import QuailError
@@ -301,3 +303,26 @@ def test_a_job_reports_the_plans_prediction_beside_its_accounting(worker):
     # without the plan, the entry is predicted alone: nothing upstream to keep KV for it
     job, _ = client.submit(Identity("news", "kind", "r2"), SPECS[1], p["kind"], Reuse(), _inputs())
     assert client.wait(job, poll=0.05)["predicted"]["tokens_reused"]["retention"] == 0
+
+
+def test_a_default_window_of_long_documents_submits_at_once_and_runs(worker):
+    """Probe 6: 8,192 rows of about 800 words failed with a raw FlightTimedOutError after 30 s,
+    every try, because the worker tokenized the window before answering. The documents now stream
+    in batches and the job tokenizes them: the submission is answered well within the default
+    30 s timeout, and the job runs."""
+    from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
+
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    words = ("the home side won the match after a late goal in the second half " * 54).split()[:800]
+    texts = [f"{i} " + " ".join(words) for i in range(DEFAULT_WINDOW_ROWS)]
+    identity, p = Identity("news", "sport", "long"), plan(SPECS)
+    started = time.monotonic()
+    job, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(texts, list(range(len(texts))))])
+    assert not attached and time.monotonic() - started < client.timeout / 2
+    deadline = time.monotonic() + 300
+    while (s := client.status(job))["rows_done"] == 0:
+        assert s["state"] in ("queued", "running") and time.monotonic() < deadline, s
+        time.sleep(0.5)
+    client.cancel(job)
+    assert client.wait(job, poll=0.2)["state"] == "cancelled"

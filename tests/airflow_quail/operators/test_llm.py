@@ -140,10 +140,11 @@ def test_a_task_whose_worker_died_goes_on_within_its_try(local_default, tmp_path
     pq.write_table(pa.table({"id": list(range(12)), "text": texts}), source)
     op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=target, threshold=0.0,
                            predicates=["Is this about sport?"], window_rows=4)
-    put, staged, submit, killed = WindowStage.put, [], WorkerClient.submit, []
+    put, staged, submit, killed, ids = WindowStage.put, [], WorkerClient.submit, [], []
 
     def submit_then_kill_the_worker(self, identity, *args, **kwargs):
         job = submit(self, identity, *args, **kwargs)
+        ids.append(job[0])
         if identity.window == 1 and not killed:
             [pid] = local_default.glob("*.pid")
             os.kill(killed.append(int(pid.read_text())) or killed[0], signal.SIGKILL)
@@ -154,6 +155,7 @@ def test_a_task_whose_worker_died_goes_on_within_its_try(local_default, tmp_path
     manifest = op.execute(_context(1))
     log = "".join(capsys.readouterr())
     assert "no Quail worker answers" in log and "answers; resubmitting" in log, log
+    assert len(ids) == 4 and not any(job in log for job in ids)  # the capability stays out of the task log
     [pid] = local_default.glob("*.pid")
     assert int(pid.read_text()) != killed[0]  # a new worker
     jobs = QuailHook().get_conn().status()  # the new worker computed the second and third windows

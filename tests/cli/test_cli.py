@@ -226,3 +226,26 @@ def test_pipeline_outputs_and_stats_that_collide_are_refused(tmp_path, news, cap
     fails(capsys, "pipeline", pipeline(a_output="o.parquet", b_output="p.parquet", b_stats="o.parquet"),
           match=f"operator 'b': stats {tmp_path / 'o.parquet'} is also operator 'a': output")
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_budget_refuses_a_plan_that_predicts_more_before_computing(tmp_path, news, capsys):
+    """--max-tokens for every operator, max_tokens: for one; a pipeline's own wins. The stop at the
+    window that passes a budget is the window driver's (tests/pipeline/test_windows.py)."""
+    out, stats = tmp_path / "o.parquet", tmp_path / "s.json"
+    filter_ = ("filter", news, "--text-column", "text", "--predicate", "Is this about sport?", "--output", out)
+    fails(capsys, *filter_, "--max-tokens", "10",
+          match="operator 'filter': the plan predicts ")
+    assert not out.exists()
+    assert run_cli(*filter_, "--stats", stats) == 0
+    computed = json.loads(stats.read_text())["tokens_computed"]
+    assert run_cli(*filter_, "--max-tokens", computed, "--no-answer-store") == 0  # the prediction is exact
+
+    def pipeline(budget):
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({"tables": {"news": str(news)}, "operators": [
+            {"name": "a", "filter": {"input": "news", "column": "text", "predicates": ["Sport?"]},
+             "output": str(tmp_path / "a.parquet"), "max_tokens": budget}]}))
+        return path
+
+    fails(capsys, "pipeline", pipeline(5), "--max-tokens", 10**9, match="over its budget (max_tokens 5)")
+    fails(capsys, "pipeline", pipeline("lots"), match="operator 'a': max_tokens must be a whole number above 0")

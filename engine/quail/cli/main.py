@@ -77,6 +77,10 @@ def _run_options() -> argparse.ArgumentParser:
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
     p.add_argument("--window-rows", type=at_least(1), default=DEFAULT_WINDOW_ROWS,
                    help="rows read, computed and written at a time: memory follows this, not the table")
+    p.add_argument("--max-tokens", type=at_least(1), default=None,
+                   help="the tokens each operator may compute (a pipeline operator's max_tokens: wins): a plan "
+                        "that predicts more is refused before the model computes, and a run that computes more "
+                        "stops at that window with no output")
     return p
 
 
@@ -313,7 +317,7 @@ def run(argv=None) -> int:
                                                       not args.no_answer_store)
     plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
                      retention_on=reuse.retention)
-    runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows)
+    runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows, args.max_tokens)
     runner.check_inputs()
     if not explain:
         runner.check_outputs(*(("output", "stats") if args.command in ("pipeline", "explain") else ("--output", "--stats")))

@@ -6,6 +6,7 @@
       - name: good
         filter: {input: reviews, column: text, predicates: ["Is it positive?"]}
         output: out/good.parquet
+        max_tokens: 5000000              # optional: refused or stopped past it
       - name: topics
         classify: {input: good, column: text, labels: [price, quality]}
         output: out/topics.parquet
@@ -31,10 +32,11 @@ class Pipeline:
     specs: list[OperatorSpec]
     model: str = DEFAULT_MODEL
     stats: dict[str, str] = field(default_factory=dict)  # operator -> where its stats JSON goes
+    budgets: dict[str, int] = field(default_factory=dict)  # operator -> its max_tokens
 
 
 TOP_KEYS = frozenset({"model", "tables", "operators"})
-OPERATOR_KEYS = frozenset({"name", "output", "stats"})
+OPERATOR_KEYS = frozenset({"name", "output", "stats", "max_tokens"})
 
 
 class _NoAliases(yaml.SafeLoader):
@@ -71,7 +73,7 @@ def load_pipeline(path: str) -> Pipeline:
     model = doc.get("model", DEFAULT_MODEL)
     if not isinstance(model, str):
         raise QuailError(f"pipeline {path}: model must be a name or a path, got {model!r}")
-    specs, stats = [], {}
+    specs, stats, budgets = [], {}, {}
     for i, op in enumerate(doc["operators"]):
         if not isinstance(op, dict) or "name" not in op:
             raise QuailError(f"pipeline {path}: operator {i} needs a name")
@@ -89,9 +91,14 @@ def load_pipeline(path: str) -> Pipeline:
                 else output + ".stats.json"
         elif "stats" in op:
             raise QuailError(f"operator {name!r}: stats needs an output")
+        if "max_tokens" in op:
+            budget = op["max_tokens"]
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+                raise QuailError(f"operator {name!r}: max_tokens must be a whole number above 0, got {budget!r}")
+            budgets[name] = budget
     names = set(tables) | {s.name for s in specs}
     for s in specs:
         for i in s.inputs:
             if i not in names:
                 raise QuailError(f"operator {s.name!r}: input {i!r} is neither a table nor an operator")
-    return Pipeline(tables, specs, model, stats)
+    return Pipeline(tables, specs, model, stats, budgets)

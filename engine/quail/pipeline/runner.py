@@ -28,7 +28,7 @@ from quail.kinds import kind_of
 from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
-from quail.pipeline.windows import Window, WindowDone, Windowed, drive
+from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, drive
 from quail.pipeline.tables import text_column
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
@@ -48,8 +48,10 @@ class OperatorRun:
 
 class Runner:
     def __init__(self, pipeline: Pipeline, on_null: str = "fail", truncate: bool = False,
-                 window_rows: int = DEFAULT_WINDOW_ROWS):
+                 window_rows: int = DEFAULT_WINDOW_ROWS, max_tokens: int | None = None):
         self.pipeline = pipeline
+        # each operator's budget: its own max_tokens, else --max-tokens
+        self.budgets = {s.name: pipeline.budgets.get(s.name, max_tokens) for s in pipeline.specs}
         self.on_null = on_null
         self.truncate = truncate
         self.window_rows = window_rows
@@ -146,6 +148,9 @@ class Runner:
     def run(self, session: Session, plan: Plan, reuse: Reuse, progress: Callable) -> list[OperatorRun]:
         groups = self.plan_windows(session, plan, reuse)
         predicted = self.predict(session, plan)
+        for name, p in predicted.items():
+            check_budget(name, p, self.budgets.get(name), "max_tokens" if name in self.pipeline.budgets else
+                         "--max-tokens")
         runs = []
         with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch:
             for group in groups:
@@ -171,7 +176,8 @@ class Runner:
         head, consumers = group[0], group[1:]
         first, *others = (self.source(name) for name in head.inputs)
         fed = {c.name: Windowed(c, f"operator {c.inputs[0]!r}", [(s.read_all(), s.name) for s in
-                                                                  map(self.source, c.inputs[1:])], self.on_null)
+                                                                  map(self.source, c.inputs[1:])], self.on_null,
+                                self.budgets.get(c.name))
                for c in consumers}
         bars = {s.name: progress(first.num_rows() if s is head else None, s.name) for s in group}
         seen = {s.name: [0, 0] for s in group}  # rows asked, rows passed: a filter's observed selectivity
@@ -204,7 +210,8 @@ class Runner:
                 return done
 
             totals = {head.name: drive(head, first.windows(self.rows_of.get(head.name, self.window_rows)),
-                                       first.name, [(s.read_all(), s.name) for s in others], step, self.on_null)}
+                                       first.name, [(s.read_all(), s.name) for s in others], step, self.on_null,
+                                       max_tokens=self.budgets.get(head.name))}
             totals |= {c.name: fed[c.name].finish() for c in consumers}
         for spec in group:
             if seen[spec.name][0]:

@@ -326,3 +326,13 @@ def test_a_default_window_of_long_documents_submits_at_once_and_runs(worker):
         time.sleep(0.5)
     client.cancel(job)
     assert client.wait(job, poll=0.2)["state"] == "cancelled"
+
+
+def test_a_ticket_that_is_not_utf8_gets_an_error_not_a_traceback(worker):
+    import pyarrow.flight as flight
+
+    _, location = worker
+    client = WorkerClient(location, token="s3cret")
+    with pytest.raises(QuailError) as e:
+        client._call(lambda options: client.client.do_get(flight.Ticket(b"\xff\xfe job"), options=options).read_all())
+    assert "no job" in str(e.value) and "Traceback" not in str(e.value) and "Detail" not in str(e.value)

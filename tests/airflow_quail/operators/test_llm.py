@@ -288,3 +288,30 @@ def test_a_budget_refuses_a_plan_that_predicts_more_and_stops_a_run_that_compute
     with pytest.raises(AirflowException, match=r"passed its budget: [\d,]+ tokens computed by window 1 \(rows 4-7\)"):
         op().execute(_context(1))
     assert not target.exists()
+
+
+def test_a_remote_worker_that_never_comes_back_fails_the_try_after_the_bound(tmp_path, monkeypatch):
+    """The wait for a lost worker is bounded by the connection's extra worker_lost_timeout."""
+    import pyarrow as pa
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    from tests.airflow_quail.conftest import free_port
+
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
+        {"conn_type": "quail", "host": "127.0.0.1", "port": free_port(), "password": "t",
+         "extra": {"worker_lost_timeout": 3}}))
+    source = tmp_path / "news.parquet"
+    pq.write_table(pa.table({"text": ["Match report: the home side won."]}), source)
+    op = LLMFilterOperator(task_id="sport", source=str(source), text_column="text", target=str(tmp_path / "o.parquet"),
+                           predicates=["Is this about sport?"])
+    started = time.monotonic()
+    with pytest.raises(AirflowException, match=r"no Quail worker answered for 3 s \(the connection's extra "
+                                               r"`worker_lost_timeout`\)"):
+        op.execute(_context(1))
+    assert time.monotonic() - started < 30
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
+        {"conn_type": "quail", "host": "127.0.0.1", "extra": {"worker_lost_timeout": "soon"}}))
+    with pytest.raises(AirflowException, match="the extra 'worker_lost_timeout' must be a number of seconds"):
+        op.execute(_context(1))

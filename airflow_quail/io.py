@@ -1,7 +1,7 @@
 """Operator inputs and outputs, written atomically.
 
-- A path ending in .parquet or .csv (outputs are Parquet): a temporary file in the same folder,
-  then a rename.
+- A path ending in .parquet or .csv (outputs are Parquet), or a `file://` URI: a temporary file in
+  the same folder, then a rename (quail/atomic.py: the replaced file's mode is kept).
 - A URI such as `file:///data/x.parquet` or `s3://aws_default@bucket/x.parquet`: Airflow's
   ObjectStoragePath, with the filesystems that installed providers register. An output is written
   under a temporary name beside the target and then moved onto it; object stores publish the
@@ -268,9 +268,9 @@ def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
     """Writes the tables, one after another (windows of one output), atomically to the target."""
     if isinstance(tables, pa.Table):
         tables = [tables]
-    where = target_location(target)
-    if isinstance(where, Path):
-        with OutputSink(target) as sink:
+    where, local = target_location(target), local_file(target)
+    if local is not None:  # a path or a file:// URI: the replaced file's mode kept, a full disk named
+        with OutputSink(str(local)) as sink:
             for table in tables:
                 sink.write(table)
         return

@@ -1,8 +1,11 @@
 """Operator I/O through Airflow connections and SQLAlchemy: SQLite always, PostgreSQL where its
 server binaries are installed (CI installs them)."""
 
+import errno
 import json
 import os
+import re
+import stat
 import shutil
 import socket
 import subprocess
@@ -10,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
@@ -221,3 +225,33 @@ def test_a_target_that_is_the_source_however_spelt_is_refused(tmp_path):
             with pytest.raises(QuailError, match="is one of the inputs"):
                 check_target(target, sources)
     assert source.read_bytes() == b"PAR1"
+
+
+@pytest.mark.parametrize("uri", [False, True], ids=["path", "file-uri"])
+def test_a_local_target_keeps_the_mode_of_the_file_it_replaces(tmp_path, uri):
+    path = tmp_path / "out.parquet"
+    target = f"file://{path}" if uri else str(path)
+    old = os.umask(0o022)
+    try:
+        write_target(TABLE, target)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        path.chmod(0o664)
+        write_target(TABLE.slice(0, 1), target)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664 and pq.read_table(path).num_rows == 1
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("uri", [False, True], ids=["path", "file-uri"])
+def test_a_full_disk_under_a_local_target_is_a_quail_error(tmp_path, monkeypatch, uri):
+    path = tmp_path / "out.parquet"
+    write_target(TABLE, str(path))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    with pytest.raises(QuailError, match=re.escape(f"cannot write {path}: No space left on device")):
+        write_target(TABLE.slice(0, 1), f"file://{path}" if uri else str(path))
+    monkeypatch.undo()
+    assert pq.read_table(path).num_rows == 3 and [p.name for p in tmp_path.iterdir()] == ["out.parquet"]

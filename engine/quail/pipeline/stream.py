@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from quail.atomic import replaced_atomically
+from quail.atomic import replaced_atomically, writing
 from quail.errors import QuailError
 
 DEFAULT_WINDOW_ROWS = 8192
@@ -95,11 +95,12 @@ class OutputSink:
 
     def write(self, table: pa.Table) -> pa.Table:
         """Appends the table, cast to the output's schema (its first table's); returns it as written."""
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self._tmp, table.schema)
-        elif not table.schema.equals(self._writer.schema):
-            table = table.cast(self._writer.schema)
-        self._writer.write_table(table)
+        with writing(self.path):
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self._tmp, table.schema)
+            elif not table.schema.equals(self._writer.schema):
+                table = table.cast(self._writer.schema)
+            self._writer.write_table(table)
         self.rows += table.num_rows
         return table
 
@@ -108,10 +109,15 @@ class OutputSink:
         return self._writer.schema if self._writer is not None else None
 
     def __exit__(self, kind, error, tb):
-        if self._writer is not None:
-            self._writer.close()
-        elif kind is None:  # windows always give at least one table, even an empty one
-            error = RuntimeError(f"no table was written to {self.path}")
-            self._replacing.__exit__(RuntimeError, error, None)
-            raise error
+        try:
+            with writing(self.path):
+                if self._writer is not None:
+                    self._writer.close()  # after an error too: it lets the file go
+                elif kind is None:  # windows always give at least one table, even an empty one
+                    raise RuntimeError(f"no table was written to {self.path}")
+        except BaseException as e:
+            self._replacing.__exit__(type(e), e, e.__traceback__)  # the temporary file goes
+            if kind is None:
+                raise
+            return False  # the block's own error is the one to report
         return self._replacing.__exit__(kind, error, tb)

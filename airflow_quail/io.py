@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from quail.atomic import check_writable, same_file
 from quail.errors import QuailError
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
+from quail.pipeline.tables import unique_columns
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ def _sql_windows(source: str, where: SqlLocation, rows: int) -> Iterator[tuple[i
         with _read_only(engine) as c:
             result = c.execution_options(stream_results=True, yield_per=rows).execute(query)
             names = list(result.keys())
+            unique_columns(names, f"source {source!r}")
             for part in result.partitions(rows):
                 yield first, pa.table({n: pa.array([r[i] for r in part]) for i, n in enumerate(names)})
                 first += len(part)

@@ -255,3 +255,16 @@ def test_a_full_disk_under_a_local_target_is_a_quail_error(tmp_path, monkeypatch
         write_target(TABLE.slice(0, 1), f"file://{path}" if uri else str(path))
     monkeypatch.undo()
     assert pq.read_table(path).num_rows == 3 and [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+
+
+def test_a_source_with_two_columns_of_one_name_is_refused_by_name(sqlite_conn, tmp_path):
+    path = tmp_path / "dup.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array(["a goal"]), pa.array(["x"])], names=["text", "text"]), path)
+    (tmp_path / "dup.csv").write_text("id,text,id\n1,a goal,2\n")
+    for source, column in ((str(path), "text"), (f"file://{path}", "text"), (str(tmp_path / "dup.csv"), "id")):
+        with pytest.raises(QuailError, match=re.escape(f"{source}: more than one column is named {column!r}")):
+            read_source(source)
+    write_target(TABLE, f"sql://{sqlite_conn}/scored")
+    query = f"sql://{sqlite_conn}?query=SELECT text, id AS text FROM scored"
+    with pytest.raises(QuailError, match=re.escape(f"source {query!r}: more than one column is named 'text'")):
+        read_source(query)

@@ -93,6 +93,21 @@ def test_pipeline_files_with_bad_structure_are_refused(news, tmp_path, capsys, t
     refused(capsys, "pipeline", tmp_path / "p.yaml", *MODEL, says=says)
 
 
+def test_an_input_with_two_columns_of_one_name_is_refused_by_column_and_path(news, tmp_path, capsys):
+    twice = pa.Table.from_arrays([pa.array(["The striker scored."]), pa.array(["x"]), pa.array([1])],
+                                 names=["text", "text", "id"])
+    pq.write_table(twice, tmp_path / "text.parquet")
+    pq.write_table(twice.rename_columns(["text", "id", "id"]), tmp_path / "id.parquet")
+    (tmp_path / "text.csv").write_text("text,text\nThe striker scored.,x\n")
+    for name, column in (("text.parquet", "text"), ("id.parquet", "id"), ("text.csv", "text")):
+        refused(capsys, *_filter(tmp_path / name, tmp_path / "o.parquet"),
+                says=f"input {tmp_path / name}: more than one column is named {column!r}")
+        refused(capsys, "join", news, tmp_path / name, "--left-column", "text", "--right-column", "text",
+                "--condition", "Same?", "--output", tmp_path / "o.parquet", *MODEL,
+                says=f"input {tmp_path / name}: more than one column is named {column!r}")
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_a_header_only_csv_gives_an_empty_output(tmp_path, capsys):
     (tmp_path / "h.csv").write_text("text\n")
     code, _, _ = run(capsys, *_filter(tmp_path / "h.csv", tmp_path / "o.parquet"))

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from quail.atomic import replaced_atomically, writing
 from quail.errors import QuailError
+from quail.pipeline.tables import unique_columns
 
 DEFAULT_WINDOW_ROWS = 8192
 CSV_BLOCK_BYTES = 64 << 20  # a CSV row (a document) must fit one block; types are inferred from the first
@@ -31,12 +32,16 @@ class TableSource:
     def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
         if self.csv:
             reader = self._open_csv()
-            self._schema = reader.schema
+            self._schema = self._checked(reader.schema)
             yield from reader
         else:
             file = pq.ParquetFile(self.source)
-            self._schema = file.schema_arrow
+            self._schema = self._checked(file.schema_arrow)
             yield from file.iter_batches(batch_size=max(rows, DEFAULT_WINDOW_ROWS))  # windows slice them
+
+    def _checked(self, schema: pa.Schema) -> pa.Schema:
+        unique_columns(schema.names, f"input {self.name}")
+        return schema
 
     def _open_csv(self):
         return pacsv.open_csv(self.source, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES))
@@ -46,7 +51,8 @@ class TableSource:
         return None if self.csv else self._readable(lambda: pq.ParquetFile(self.source).metadata.num_rows)
 
     def schema(self) -> pa.Schema:
-        return self._readable(lambda: self._open_csv().schema if self.csv else pq.read_schema(self.source))
+        schema = self._readable(lambda: self._open_csv().schema if self.csv else pq.read_schema(self.source))
+        return self._checked(schema)
 
     def _readable(self, read):
         try:

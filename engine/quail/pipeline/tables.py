@@ -5,6 +5,14 @@ import pyarrow as pa
 from quail.errors import QuailError
 
 
+def unique_columns(names: list[str], source: str) -> None:
+    """Refuses a table with two columns of one name: which of them is the text, or the output's?"""
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise QuailError(f"{source}: more than one column is named {', '.join(map(repr, twice))}; give each column "
+                         f"a name of its own")
+
+
 def text_column(table: pa.Table, column: str, source: str, on_null: str,
                 first_row: int = 0) -> tuple[list[str], list[int]]:
     """The column's texts and the row numbers they came from (rows skipped under --on-null skip);

@@ -54,16 +54,22 @@ class LLMClassifyOperator(BaseLLMOperator):
 
     :param source: as for LLMFilterOperator (templated)
     :param text_column: the column whose text is classified
-    :param labels: the labels, at least two (templated)
+    :param labels: the labels, at least two: a list, or a mapping of each label to its description
+        (`{"arts": "painting, music, film"}`), which the prompt shows; the answer is scored on the
+        label itself (templated)
     :param question: the question the labels answer (templated)
+    :param top_k: 2 or more: also the K best labels (`label_2`, ...) with their probabilities
+        (`p_label`, `p_label_2`, ...)
     """
 
     template_fields: Sequence[str] = ("source", "target", "labels", "question", "quail_plan")
     template_fields_renderers = {"quail_plan": "json", "labels": "json"}
 
-    def __init__(self, *, source: str, text_column: str, labels: list[str], question: str | None = None, **kwargs):
+    def __init__(self, *, source: str, text_column: str, labels: list[str] | dict[str, str],
+                 question: str | None = None, top_k: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.source, self.text_column, self.labels, self.question = source, text_column, labels, question
+        self.top_k = top_k
         self._declare_assets(kwargs)
 
     def inputs(self):
@@ -71,7 +77,8 @@ class LLMClassifyOperator(BaseLLMOperator):
 
     def spec(self):
         return ClassifySettings.parse({"input": self.source, "column": self.text_column, "labels": self.labels,
-                                       "question": self.question, "calibration": self.calibration},
+                                       "question": self.question, "top_k": self.top_k,
+                                       "calibration": self.calibration},
                                       f"task {self.task_id!r}").spec(self.task_id, self.target)
 
 

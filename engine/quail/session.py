@@ -200,8 +200,8 @@ class Session:
         return result, stats
 
     def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
-                 progress=None, rows=None, calibration="auto") -> tuple[ClassifyResult, Stats]:
-        q = self.layout.label_question(question or DEFAULT_QUESTION, labels)
+                 progress=None, rows=None, calibration="auto", descriptions=()) -> tuple[ClassifyResult, Stats]:
+        q = self.layout.label_question(question or DEFAULT_QUESTION, labels, descriptions)
         label_tokens = [self.layout.label(label) for label in labels]
         docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
         result, stats = self._labelled(docs.tokens, q, label_tokens, reuse, retain, progress, calibration)

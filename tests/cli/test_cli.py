@@ -249,3 +249,22 @@ def test_a_budget_refuses_a_plan_that_predicts_more_before_computing(tmp_path, n
 
     fails(capsys, "pipeline", pipeline(5), "--max-tokens", 10**9, match="over its budget (max_tokens 5)")
     fails(capsys, "pipeline", pipeline("lots"), match="operator 'a': max_tokens must be a whole number above 0")
+
+
+def test_classify_with_label_descriptions_and_top_2(tmp_path, news):
+    """Descriptions change the prompt, so answers stored without them are not found with them; top_k
+    adds the second label and both probabilities."""
+    out, stats = tmp_path / "o.parquet", tmp_path / "s.json"
+    plain = ["classify", news, "--text-column", "text", "--label", "sport", "--label", "business", "--label", "tech"]
+    described = ["classify", news, "--text-column", "text", "--label", "sport=football, tennis, racing",
+                 "--label", "business=companies, markets, money", "--label", "tech=computers, phones, software"]
+    reused = []
+    for argv in (plain, plain, described):
+        assert run_cli(*argv, "--output", out, "--stats", stats, "--top-k", "2") == 0
+        reused.append(json.loads(stats.read_text())["tokens_reused"]["answers"])
+    assert reused[0] == 0 < reused[1] and reused[2] == 0  # the described run found nothing the plain ones stored
+    t = pq.read_table(out).to_pylist()
+    for row in t:
+        ps = sorted(((row[f"p_{x}"], x) for x in ("sport", "business", "tech")), key=lambda p: -p[0])
+        assert (row["label"], row["label_2"]) == (ps[0][1], ps[1][1])
+        assert (row["p_label"], row["p_label_2"]) == (ps[0][0], ps[1][0])

@@ -1,26 +1,54 @@
 """classify: label each row with one of the given labels, each scored on the one document+question
 state (multi-token labels by teacher forcing on top of it)."""
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
+
+from pydantic import BeforeValidator
 
 from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
-from quail.kinds.settings import Calibration, Name, Settings, Text, Texts
+from quail.kinds.settings import Calibration, Count, Name, Settings, Text
 from quail.kinds.words import DEFAULT_QUESTION
 from quail.planner.specs import OperatorSpec
+
+
+def _labels(value) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """labels: a list of names, or a mapping of each name to its description (shown in the prompt)."""
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, tuple) for v in value):
+        return value  # already (names, descriptions)
+    if isinstance(value, dict):
+        for name, description in value.items():
+            if not isinstance(name, str) or not isinstance(description, str):
+                raise ValueError(f"'labels' maps each label to its description (text), got {name!r}: {description!r}")
+            if not description.strip():
+                raise ValueError(f"'labels': the description of {name!r} is empty")
+        return tuple(value), tuple(value.values())
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError("'labels' must be a list of labels, or a mapping of each label to its description")
+    return tuple(value), ()
+
+
+def top_columns(k: int) -> list[str]:
+    """A classify's top-k columns: the best label's probability, then each next label and its own."""
+    return ["p_label"] + [f"{what}_{i}" for i in range(2, k + 1) for what in ("label", "p_label")]
+
+
+Labels = Annotated[tuple[tuple[str, ...], tuple[str, ...]], BeforeValidator(_labels)]
 
 
 class ClassifySettings(Settings):
     kind: ClassVar[str] = "classify"
     input: Name
     column: Name
-    labels: Texts
+    labels: Labels
     question: Text = None  # DEFAULT_QUESTION when none is given
+    top_k: Count = None  # 2 or more: the K best labels and their probabilities too
     calibration: Calibration = "auto"
 
     def spec(self, name, output):
+        labels, descriptions = self.labels
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.question or DEFAULT_QUESTION,),
-                            self.labels, calibration=self.calibration, output=output)
+                            labels, descriptions, top_k=self.top_k, calibration=self.calibration, output=output)
 
 
 class Classify(OperatorKind):
@@ -32,30 +60,55 @@ class Classify(OperatorKind):
     def add_arguments(self, p):
         p.add_argument("input")
         p.add_argument("--text-column", required=True)
-        p.add_argument("--label", action="append", default=[], help="a label; repeat for each")
+        p.add_argument("--label", action="append", default=[], metavar="NAME[=DESCRIPTION]",
+                       help="a label, with what it covers if given (shown in the prompt; the answer is scored on "
+                            "the name); repeat for each, with a description for every label or none")
         p.add_argument("--question", help="the question the labels answer")
+        p.add_argument("--top-k", type=int, help="2 or more: also the K best labels (label_2, ...) and their "
+                                                 "probabilities (p_label, p_label_2, ...)")
 
     def from_args(self, args):
         if len(args.label) < 2:
             raise QuailError("--label: give at least two labels")
-        for i, label in enumerate(args.label, 1):
-            if not label.strip():
+        pairs = [label.partition("=") for label in args.label]
+        for i, (name, eq, description) in enumerate(pairs, 1):
+            if not name.strip():
                 raise QuailError(f"--label {i} is empty")
-        dupes = sorted({label for label in args.label if args.label.count(label) > 1})
-        if dupes:
+            if eq and not description.strip():
+                raise QuailError(f"--label {i} ({name}): the description after '=' is empty")
+        names = [name for name, _, _ in pairs]
+        if dupes := sorted({n for n in names if names.count(n) > 1}):
             raise QuailError(f"--label: duplicate labels {dupes}")
-        settings = ClassifySettings.parse({"input": "input", "column": args.text_column, "labels": args.label,
-                                           "question": args.question, "calibration": args.calibration}, "classify")
+        described = [eq for _, eq, _ in pairs]
+        if any(described) and not all(described):
+            raise QuailError("--label: give every label a description (NAME=DESCRIPTION), or none")
+        labels = {name: d for name, _, d in pairs} if all(described) else names
+        settings = ClassifySettings.parse({"input": "input", "column": args.text_column, "labels": labels,
+                                           "question": args.question, "top_k": args.top_k,
+                                           "calibration": args.calibration}, "classify")
         return {"input": args.input}, settings.spec("classify", args.output)
 
     def validate(self, spec, where):
         super().validate(spec, where)
         if len(set(spec.labels)) != len(spec.labels) or len(spec.labels) < 2:
             raise QuailError(f"{where}: give at least two distinct labels")
+        if spec.descriptions and (len(spec.descriptions) != len(spec.labels)
+                                  or not all(d.strip() for d in spec.descriptions)):
+            raise QuailError(f"{where}: give every label a non-empty description, or none")
+
+    def check_top_k(self, spec, where):
+        if spec.top_k is None:
+            return
+        if not 2 <= spec.top_k <= len(spec.labels):
+            raise QuailError(f"{where}: top_k must be between 2 and the number of labels ({len(spec.labels)}), "
+                             f"got {spec.top_k}")
+        if clash := sorted(set(top_columns(spec.top_k)) & {f"p_{label}" for label in spec.labels}):
+            raise QuailError(f"{where}: with top_k, the output's columns {clash} would clash with labels' "
+                             f"probability columns; rename those labels")
 
     def tokens(self, layout, spec, docs, partners):
 
-        q = layout.label_question(spec.questions[0], list(spec.labels))
+        q = layout.label_question(spec.questions[0], list(spec.labels), spec.descriptions)
         return OperatorTokens(docs, [len(q)], [len(layout.label(x)) for x in spec.labels])
 
     def document_room(self, t, context):

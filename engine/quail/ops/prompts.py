@@ -75,9 +75,12 @@ class PromptLayout:
     def yes_no_question(self, question: str) -> list[int]:
         return self.tok.encode(f"Question: {question}\nAnswer Yes or No.") + self.cue
 
-    def label_question(self, question: str, labels: list[str]) -> list[int]:
+    def label_question(self, question: str, labels: list[str], descriptions: list[str] | tuple = ()) -> list[int]:
+        """The question, each label's description if given (a line each), then the labels to answer
+        with; the answer is scored on the label's own tokens (`label`), never its description."""
         options = ", ".join(labels)
-        return self.tok.encode(f"Question: {question}\nAnswer with one of: {options}.") + self.cue
+        described = "".join(f"- {label}: {d}\n" for label, d in zip(labels, descriptions))
+        return self.tok.encode(f"Question: {question}\n{described}Answer with one of: {options}.") + self.cue
 
     def label(self, label: str) -> list[int]:
         return self.tok.encode(" " + label)

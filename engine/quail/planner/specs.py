@@ -24,9 +24,10 @@ class OperatorSpec:
     columns: tuple[str, ...]  # the text column of each input: the document rendering
     questions: tuple[str, ...]  # filter: the predicates; classify: the question; join: the condition
     labels: tuple[str, ...] = ()
+    descriptions: tuple[str, ...] = ()  # a classify: each label's description, shown in the prompt; () for none
     threshold: float = 0.5
     limit: int | None = None
-    top_k: int | None = None  # a join: the best K right rows of each left row
+    top_k: int | None = None  # a join: the best K right rows of each left row; a classify: its K best labels
     right_name: str | None = None  # a join: what its prompt calls a right row; by default its column's name
     keep_all: bool = False
     calibration: str = "auto"  # "contextual": each question's content-free answer divided out; "auto": the model's
@@ -37,6 +38,8 @@ class OperatorSpec:
     def fingerprint(self) -> str:
         """Identifies what the operator computes, for the selectivities the stats store keeps."""
         what = [self.kind, self.columns[0], list(self.questions), list(self.labels), self.threshold]
+        if self.descriptions:
+            what.append(list(self.descriptions))
         if self.cascade is not None:  # another model answers some rows: another selectivity
             what.append(asdict(self.cascade))
         return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
@@ -46,7 +49,7 @@ class OperatorSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "OperatorSpec":
-        tuples = {"inputs", "columns", "questions", "labels"}
+        tuples = {"inputs", "columns", "questions", "labels", "descriptions"}
         d = {k: tuple(v) if k in tuples else v for k, v in d.items()}
         if isinstance(d.get("cascade"), dict):
             d["cascade"] = Cascade(**d["cascade"])

@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from quail.kinds.classify import Classify
+from quail.kinds.classify import Classify, top_columns
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -14,21 +14,37 @@ class ClassifyRuntime(KindRuntime):
         [(texts, rows)] = inputs
         labels = list(spec.labels)
         r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows,
-                                    spec.calibration)
+                                    spec.calibration, spec.descriptions)
         columns = {"row": pa.array(rows, pa.int64()), "label": pa.array([labels[i] for i in r.labels], pa.string())}
         for k, label in enumerate(labels):
             columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
         return pa.table(columns), stats
 
+    def shape(self, spec, answers, tables, source):
+        [table] = tables
+        names = ["label"] + [f"p_{label}" for label in spec.labels]
+        if spec.top_k is not None and spec.top_k > 1:
+            answers = _with_top(answers, spec)
+            names += top_columns(spec.top_k)
+        return scatter(answers, table.num_rows, names, source, table)
+
     def stored(self, session, spec, docs, partners, probes):
-        q = session.layout.label_question(spec.questions[0], list(spec.labels))
+        q = session.layout.label_question(spec.questions[0], list(spec.labels), spec.descriptions)
         labels = [session.layout.label(x) for x in spec.labels]
         keys = session.classify_keys(q, labels, docs, spec.calibration)
         found = session.answers.get(keys, touch=False)
         prompts = self.stored_all(session, spec, docs, partners)
         return {i: prompts[i] for i, k in enumerate(keys) if k in found}
 
-    def shape(self, spec, answers, tables, source):
-        [table] = tables
-        names = ["label"] + [f"p_{label}" for label in spec.labels]
-        return scatter(answers, table.num_rows, names, source, table)
+
+
+def _with_top(answers: pa.Table, spec) -> pa.Table:
+    """The answers with their K best labels (ties in label order) and those labels' probabilities."""
+    probs = list(zip(*(answers.column(f"p_{label}").to_pylist() for label in spec.labels)))
+    order = [sorted(range(len(spec.labels)), key=lambda i: -p[i])[: spec.top_k] for p in probs]
+    answers = answers.append_column("p_label", pa.array([p[o[0]] for p, o in zip(probs, order)], pa.float64()))
+    for i in range(1, spec.top_k):
+        answers = answers.append_column(f"label_{i + 1}", pa.array([spec.labels[o[i]] for o in order], pa.string()))
+        answers = answers.append_column(f"p_label_{i + 1}", pa.array([p[o[i]] for p, o in zip(probs, order)],
+                                                                     pa.float64()))
+    return answers

@@ -24,7 +24,7 @@ def consumers_ahead(plan: Plan, spec: OperatorSpec) -> list[OperatorSpec]:
         return []
     return [c for c in plan.specs if c.name != spec.name and c.inputs[0] == spec.name and plan[c.name].certain
             and c.columns[0] == spec.columns[0] and kind_of(c.kind).arity == 1 and c.limit is None
-            and c.cascade is None and "{{" not in repr((c.columns, c.questions, c.labels))]
+            and c.cascade is None and "{{" not in repr((c.columns, c.questions, c.labels, c.descriptions))]
 
 
 def consumer_input(spec: OperatorSpec, answers: pa.Table, inputs: list[tuple[list[str], list[int]]]) \

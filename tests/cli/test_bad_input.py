@@ -2,6 +2,7 @@
 key or flag, exit 2, and leaves nothing behind; never a traceback. Each case below broke before
 (a traceback, or silently wrong). Then a property-based fuzz of the CLI and the pipeline YAML."""
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -124,6 +125,17 @@ def test_an_operator_name_that_is_no_file_name_is_refused_before_anything_is_wri
     before = sorted(tmp_path.rglob("*"))
     refused(capsys, "pipeline", folder / "p.yaml", *MODEL, says=says)
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_damaged_selectivity_store_is_set_aside_and_the_run_goes_on(news, tmp_path, capsys):
+    store = tmp_path / "quail-home" / "selectivity.json"  # conftest's private store
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text('[{"rows": "many"}]')
+    code, _, _ = run(capsys, *_filter(news, tmp_path / "o.parquet"))
+    assert code == 0 and (tmp_path / "o.parquet").exists()
+    [aside] = store.parent.glob("selectivity.json.corrupt-*")
+    assert aside.read_text() == '[{"rows": "many"}]' and list(json.loads(store.read_text()).values()) == [
+        {"rows": 2, "passed": pq.read_table(tmp_path / "o.parquet").num_rows}]
 
 
 def test_a_header_only_csv_gives_an_empty_output(tmp_path, capsys):

@@ -15,7 +15,8 @@ from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
 from quail.kinds import KINDS
 from quail.model.loader import load_model
-from quail.planner.band import band_for, decides
+from quail.planner.band import decides
+from quail.planner.guarantee import choose
 from quail.planner.plan import plan
 from quail.planner.specs import Cascade, OperatorSpec
 from quail.reuse import Reuse
@@ -128,7 +129,7 @@ def test_the_cli_chooses_a_band_and_cascades_with_it(sessions, tiny_model_dir, n
     low, high = map(float, re.search(r"--cascade-band (\S+) (\S+)", capsys.readouterr().out).groups())
     r, _ = small.filter(TEXTS, [Q], 0.0)
     sport = pq.read_table(news)["sport"].to_pylist()
-    expected = band_for(r.p_yes, sport, 0.6)  # from P(yes) computed in other batches: equal to fp32 rounding
+    expected = choose("accuracy", 0.6, 0.05, r.p_yes, sport)  # from P(yes) computed in other batches: fp32 rounding
     assert abs(low - expected.low) < 1e-4 and abs(high - expected.high) < 1e-4
     out, stats = tmp_path / "out.parquet", tmp_path / "stats.json"
     assert _cli("filter", news, "--text-column", "text", "--predicate", Q, "--threshold", threshold, "--keep-all",
@@ -142,8 +143,32 @@ def test_the_cli_chooses_a_band_and_cascades_with_it(sessions, tiny_model_dir, n
     assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
 
 
+def test_a_target_chooses_the_band_on_the_first_window_and_every_window_keeps_it(sessions, tiny_model_dir, news,
+                                                                               tmp_path):
+    """Two windows of 6 rows: the first chooses the band on a sample the larger model labels, and the
+    rows equal a cascade given that band by hand; the choosing is accounted and predicted."""
+    out, stats, again = tmp_path / "out.parquet", tmp_path / "stats.json", tmp_path / "again.parquet"
+    common = ["filter", news, "--text-column", "text", "--predicate", Q, "--keep-all", "--model", tiny_model_dir,
+              "--cascade", "smollm2-135m", "--window-rows", "6", "--no-answer-store"]
+    assert _cli(*common, "--cascade-target", "accuracy=0.6", "--cascade-sample", "5", "--output", out,
+                "--stats", stats) == 0
+    s = json.loads(stats.read_text())
+    g = s["guarantee"]
+    assert (g["metric"], g["target"], g["delta"], g["sample"]) == ("accuracy", 0.6, 0.05, 5)
+    assert s["by_model"][f"{tiny_model_dir.name} (choosing the band)"]["rows"] == 6  # the first window only
+    assert s["by_model"]["smollm2-135m (choosing the band)"]["rows"] == 5
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+    assert s["predicted"]["tokens_computed"] == s["tokens_computed"]
+    assert _cli(*common, "--cascade-band", g["low"], g["high"], "--output", again) == 0
+    a, b = pq.read_table(out).to_pylist(), pq.read_table(again).to_pylist()
+    assert [r["cascaded"] for r in a] == [r["cascaded"] for r in b]
+    assert all(abs(x["p_yes_1"] - y["p_yes_1"]) < 1e-4 and x["passed"] == y["passed"] for x, y in zip(a, b))
+
+
 @pytest.mark.parametrize("argv, match", [
-    (["--cascade", "smollm2-135m"], "--cascade MODEL and --cascade-band LOW HIGH go together"),
+    (["--cascade", "smollm2-135m"], "--cascade MODEL goes with one of --cascade-band LOW HIGH and --cascade-target"),
+    (["--cascade", "smollm2-135m", "--cascade-target", "precision"], "--cascade-target must be METRIC=T"),
+    (["--cascade", "smollm2-135m", "--cascade-target", "recall=1.5"], "target 1.5 and delta 0.05 must each lie"),
     (["--cascade", "smollm2-135m", "--cascade-band", "0.9", "0.6"], "must be LOW <= HIGH within [0, 1]"),
     (["--cascade", "no-such-model", "--cascade-band", "0.1", "0.9"], "'no-such-model': not an embedded model"),
     (["--cascade", "smollm2-135m", "--cascade-band", "0.1", "0.9", "--model", "smollm2-135m"],
@@ -161,7 +186,8 @@ def test_bad_cascades_are_clear_errors(news, tmp_path, capsys, monkeypatch, argv
 @pytest.mark.parametrize("argv, match", [
     (["--label-column", "id"], "row 2 of label column 'id' is 2"),
     (["--label-column", "nope"], "no label column 'nope'"),
-    (["--label-column", "sport", "--target", "0"], "--target 0.0 is outside (0, 1]"),
+    (["--label-column", "sport", "--target", "0"], "--target 0.0 is outside (0, 1)"),
+    (["--label-column", "sport", "--target", "0.9", "--delta", "1"], "--delta 1.0 is outside (0, 1)"),
 ])
 def test_bad_band_input_is_a_clear_error(news, capsys, argv, match):
     refused(capsys, "band", news, "--text-column", "text", "--predicate", Q, "--target", "0.9", *argv,

@@ -62,3 +62,18 @@ def test_operator_names_that_are_no_file_name_are_refused(name, says):
 @given(st.from_regex(r"[\w.-]+", fullmatch=True).filter(lambda k: k not in (".", "..")))
 def test_every_airflow_task_id_but_dot_and_dot_dot_is_a_name(task_id):
     check_operator_name(task_id)  # Airflow's KEY_REGEX; TaskGroups join their ids with "."
+
+
+def test_a_cascade_target_instead_of_a_band():
+    got = FilterSettings.check_one("cascade", {"model": "m", "target": {"precision": 0.95}, "delta": 0.1}, "t")
+    assert got == Cascade("m", metric="precision", target=0.95, delta=0.1) and not got.chosen
+    for body, says in (({"model": "m", "band": [0, 1], "target": {"recall": 0.9}}, "'cascade' must be"),
+                       ({"model": "m"}, "'cascade' must be"),
+                       ({"model": "m", "target": {"recall": 0.9, "precision": 0.9}}, "cascade 'target' must be one"),
+                       ({"model": "m", "target": {"recall": 0.9}, "sample": 1.5}, "'sample' must be a whole")):
+        with pytest.raises(QuailError, match=says):
+            FilterSettings.check_one("cascade", body, "t")
+    spec = KINDS["filter"].from_settings("f", {"input": "t", "column": "text", "predicates": "Q?",
+                                               "cascade": {"model": "m", "target": {"f1": 0.9}}}, None)
+    with pytest.raises(QuailError, match="cascade target 'f1' is not one of accuracy, precision, recall"):
+        KINDS["filter"].validate(spec, "operator 'f'")

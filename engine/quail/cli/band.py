@@ -1,6 +1,7 @@
 """`quail band`: a cascade's band from a labelled sample. The model that will answer first runs the
-filter on the sample; planner/band.py picks the band that leaves it the most rows at the target
-accuracy. The labels may be the truth or a larger model's answers."""
+filter on the sample; planner/guarantee.py picks the band that leaves it the most rows while the
+target (accuracy, precision or recall) holds with probability at least 1 - --delta. The labels
+may be the truth or a larger model's answers; the band holds against those."""
 
 import argparse
 
@@ -9,7 +10,7 @@ import pyarrow as pa
 from quail.errors import QuailError
 from quail.pipeline.stream import TableSource
 from quail.pipeline.tables import text_column
-from quail.planner.band import band_for
+from quail.planner.guarantee import METRICS, answer, choose
 
 TRUE, FALSE = {"yes", "true", "1"}, {"no", "false", "0"}
 
@@ -19,16 +20,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-column", required=True)
     p.add_argument("--predicate", action="append", default=[], help="as the filter will ask it; repeatable")
     p.add_argument("--label-column", required=True, help="whether each row should pass: true/false, 1/0 or yes/no")
-    p.add_argument("--target", type=float, required=True,
-                   help="the accuracy the first model must keep on the rows it answers, e.g. 0.95")
+    p.add_argument("--target", type=float, required=True, help="the metric's least value, e.g. 0.95")
+    p.add_argument("--metric", choices=METRICS, default="accuracy",
+                   help="accuracy (default), precision or recall of the cascade's answers against the labels")
+    p.add_argument("--delta", type=float, default=0.05, help="the chance the target is missed (default 0.05)")
 
 
 def check(args) -> None:
     """Everything that can be refused before the model loads."""
     if not args.predicate or not all(p.strip() for p in args.predicate):
         raise QuailError("--predicate: give at least one non-empty predicate")
-    if not 0.0 < args.target <= 1.0:
-        raise QuailError(f"--target {args.target} is outside (0, 1]")
+    if not 0.0 < args.target < 1.0:
+        raise QuailError(f"--target {args.target} is outside (0, 1)")
+    if not 0.0 < args.delta < 1.0:
+        raise QuailError(f"--delta {args.delta} is outside (0, 1)")
 
 
 def labels(table: pa.Table, column: str, source: str) -> list[bool]:
@@ -54,9 +59,9 @@ def run(args, session) -> None:
         raise QuailError(f"{source.name}: the sample has no rows")
     # threshold 0: every predicate of every row, so that any band's chains can be replayed
     result, _ = session.filter(texts, args.predicate, 0.0, calibration=args.calibration)
-    band = band_for(result.p_yes, truth, args.target)
-    accuracy = "-" if band.accuracy is None else f"{band.accuracy:.3f}"
-    print(f"{session.loaded.name} answers {band.answered} of {band.rows} sample rows ({band.coverage:.0%}) at "
-          f"accuracy {accuracy}; the rest go to the cascade model\n"
+    band = choose(args.metric, args.target, args.delta, result.p_yes, truth)
+    answered = sum(answer(p, band.low, band.high) is not None for p in result.p_yes)
+    print(f"{session.loaded.name} answers {answered} of {len(texts)} sample rows ({answered / len(texts):.0%}); "
+          f"the rest go to the cascade model. {band.describe()}\n"
           f"--cascade-band {band.low!r} {band.high!r}")
 

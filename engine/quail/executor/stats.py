@@ -29,6 +29,7 @@ class Stats:
     evictions: int = 0  # retained documents dropped from the pool to make room
     steps: dict[str, StepStats] = field(default_factory=dict)
     by_model: dict[str, dict[str, int]] = field(default_factory=dict)  # a cascade's: each model's rows and tokens
+    guarantee: dict | None = None  # a cascade whose band was chosen for a target: how (planner/guarantee.py)
 
     def step(self, name: str | None) -> StepStats | None:
         if name is None:
@@ -42,6 +43,7 @@ class Stats:
         for mech in MECHANISMS:
             self.tokens_reused[mech] += other.tokens_reused[mech]
         self.pages_peak = max(self.pages_peak, other.pages_peak)
+        self.guarantee = self.guarantee or other.guarantee
         for name, s in other.steps.items():
             mine = self.steps.setdefault(name, StepStats())
             mine.tokens_computed += s.tokens_computed

@@ -75,19 +75,38 @@ def _calibration(value, info: ValidationInfo) -> str:
 
 
 def _cascade(value, info: ValidationInfo) -> Cascade | None:
-    """cascade: {model: NAME, band: [LOW, HIGH]}."""
+    """cascade: {model: NAME, band: [LOW, HIGH]}, or {model: NAME, target: {METRIC: T}, delta: D,
+    sample: N} (delta 0.05 and sample 400 by default)."""
     if value is None or isinstance(value, Cascade):
         return value
-    if not isinstance(value, dict) or set(value) != {"model", "band"}:
-        raise ValueError(f"'cascade' must be {{model: NAME, band: [LOW, HIGH]}}, got {value!r}")
-    band = value["band"]
-    if not (isinstance(band, (list, tuple)) and len(band) == 2
-            and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band)):
-        raise ValueError(f"cascade 'band' must be two numbers [LOW, HIGH], got {band!r}")
+    shapes = ("{model: NAME, band: [LOW, HIGH]} or {model: NAME, target: {precision|recall|accuracy: T}, "
+              "delta: D, sample: ROWS}")
+    if not isinstance(value, dict) or "model" not in value or ("band" in value) == ("target" in value) \
+            or set(value) - {"model", "band", "target", "delta", "sample"} \
+            or ("band" in value and set(value) != {"model", "band"}):
+        raise ValueError(f"'cascade' must be {shapes}, got {value!r}")
     model = value["model"]
     if isinstance(model, bool) or not isinstance(model, (str, int)):
         raise ValueError(f"cascade 'model' must be a name, got {model!r}")
-    return Cascade(str(model), float(band[0]), float(band[1]))
+    if "band" in value:
+        band = value["band"]
+        if not (isinstance(band, (list, tuple)) and len(band) == 2 and all(map(_is_number, band))):
+            raise ValueError(f"cascade 'band' must be two numbers [LOW, HIGH], got {band!r}")
+        return Cascade(str(model), float(band[0]), float(band[1]))
+    target, delta, sample = value["target"], value.get("delta", 0.05), value.get("sample", 400)
+    if not (isinstance(target, dict) and len(target) == 1 and all(map(_is_number, target.values()))):
+        raise ValueError(f"cascade 'target' must be one of {{precision: T}}, {{recall: T}} or {{accuracy: T}}, "
+                         f"got {target!r}")
+    if not _is_number(delta):
+        raise ValueError(f"cascade 'delta' must be a number, got {delta!r}")
+    if isinstance(sample, bool) or not isinstance(sample, int):
+        raise ValueError(f"cascade 'sample' must be a whole number of rows, got {sample!r}")
+    [(metric, t)] = target.items()
+    return Cascade(str(model), metric=str(metric), target=float(t), delta=float(delta), sample=sample)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 Name = Annotated[str, BeforeValidator(_name)]

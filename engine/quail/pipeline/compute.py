@@ -75,16 +75,20 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
 
 
 def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers: pa.Table, texts: list[str],
-                      truncate: bool = False) -> Prediction:
+                      truncate: bool = False, stats: Stats | None = None) -> Prediction:
     """A cascade's larger model's share of a window, from the answers that say which of the window's
-    `texts` it took: its prompts over them, with nothing retained for it. Nothing for other operators."""
+    `texts` it took: its prompts over them, with nothing retained for it; and, where the window
+    chose the band (`stats.guarantee`), what choosing it computed. Nothing for other operators."""
     if spec.cascade is None:
         return Prediction()
+    chose = Prediction.from_dict(stats.guarantee["accounting"]) if stats is not None and stats.guarantee \
+        else Prediction()
     large = session.peer(spec.cascade.model)
     taken = [t for t, c in zip(texts, answers.column("cascaded").to_pylist()) if c]
     if not taken:
-        return Prediction()
+        return chose
     t = _tokens(large, spec, large.layout.documents(taken), [], truncate)
     p = predict_fresh(plan[spec.name], spec.kind, t, large.engine.plan.page_size)
     p.add(_probes(large, plan, spec, [], truncate, False))
+    p.add(chose)
     return p

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 from quail.cost.model import CostModel
 from quail.executor.stats import Stats
+from quail.planner.guarantee import Guarantee
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
 
@@ -62,4 +63,5 @@ def describe_run(name: str, stats: Stats, predicted: Prediction, rows_out: int, 
         f"{stats.seconds:.1f} s ({stats.tokens_computed / max(stats.seconds, 1e-9):,.0f} tok/s)"
         + "".join(f"\n  {model}: {m['rows']:,} rows, {m['tokens_computed']:,} tokens computed of "
                   f"{m['tokens_naive']:,}" for model, m in stats.by_model.items())
+        + (f"\n  cascade band: {Guarantee.from_dict(stats.guarantee).describe()}" if stats.guarantee else "")
     )

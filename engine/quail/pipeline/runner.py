@@ -185,7 +185,8 @@ class Runner:
         def compute_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
             answers, stats = compute(session, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
                                      bars[spec.name])
-            escalated = predict_escalated(session, plan, window.spec, answers, window.inputs[0][0], self.truncate)
+            escalated = predict_escalated(session, plan, window.spec, answers, window.inputs[0][0], self.truncate,
+                                          stats)
             if (observed := runtime_of(spec.kind).observed(window.spec, answers)) is not None:
                 seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
             table, counted = window.shaped(answers, first.name if spec is head else fed[spec.name].source)

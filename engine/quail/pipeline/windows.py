@@ -92,6 +92,9 @@ class Windowed:
         self.total.add(table.num_rows, done)
         self.counted += done.counted
         self.next_row, self.k = window.offset + table.num_rows, self.k + 1
+        if done.stats.guarantee and not self.spec.cascade.chosen:  # the band the first window chose, for the rest
+            g = done.stats.guarantee
+            self.spec = replace(self.spec, cascade=replace(self.spec.cascade, low=g["low"], high=g["high"]))
         if self.max_tokens is not None and (computed := self.total.stats.tokens_computed) > self.max_tokens:
             raise QuailError(f"operator {self.spec.name!r} passed its budget: {computed:,} tokens computed by "
                              f"window {window.k} (rows {window.offset}-{self.next_row - 1}), over max_tokens "

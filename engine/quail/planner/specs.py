@@ -8,12 +8,24 @@ from dataclasses import asdict, dataclass
 @dataclass(frozen=True)
 class Cascade:
     """A filter's second, larger model: the first model answers the rows whose P(yes) lies outside
-    [low, high]; `model` answers the rest (planner/band.py chooses the band)."""
+    [low, high]; `model` answers the rest. The band is given by hand (planner/band.py helps choose
+    it), or chosen in the run for a target: `metric` (accuracy, precision or recall) at least
+    `target` against the larger model, with failure probability at most `delta`, on `sample` rows
+    of the first window that the larger model labels (planner/guarantee.py)."""
 
     model: str
-    low: float
-    high: float
+    low: float | None = None  # None: chosen in the run, for the target
+    high: float | None = None
+    metric: str | None = None
+    target: float | None = None
+    delta: float = 0.05
+    sample: int = 400
     __pydantic_config__ = {"extra": "forbid"}
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the band is known: given, or chosen on the first window."""
+        return self.low is not None
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,8 @@ class Worker(flight.FlightServerBase):
                 return
             answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
                                      scope=sub.identity.scope)
-            predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, job.inputs[0][0]))
+            predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, job.inputs[0][0],
+                                            stats=stats))
             job.predicted = predicted.rounded()
             if sub.reuse.answers and self.session.answers is not None:
                 self._ahead(job, answers)

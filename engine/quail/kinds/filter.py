@@ -6,6 +6,7 @@ import argparse
 from typing import ClassVar
 
 from quail.errors import QuailError
+from quail.planner.guarantee import METRICS
 from quail.kinds.base import OperatorKind, OperatorTokens
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Flag, Name, Number, Settings, Texts
 from quail.planner.prefix_tree import stem
@@ -89,8 +90,6 @@ class Filter(OperatorKind):
             if not c.model.strip():
                 raise QuailError(f"{where}: cascade: name the larger model")
             if c.target is not None:
-                from quail.planner.guarantee import METRICS
-
                 if c.metric not in METRICS:
                     raise QuailError(f"{where}: cascade target {c.metric!r} is not one of {', '.join(METRICS)}")
                 if not 0.0 < c.target < 1.0 or not 0.0 < c.delta < 1.0:

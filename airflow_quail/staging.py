@@ -33,9 +33,10 @@ class WindowStage:
         name = local.name if local is not None else "output"
         self.folder = base / f".{name}.quail-{key}"
 
-    def _files(self, k: int, digest: str) -> tuple[Path, Path]:
+    def _files(self, k: int, digest: str) -> tuple[Path, Path, Path]:
+        """The window's table, its sidecar, and its rows for review (a cascade's review_output)."""
         stem = self.folder / f"window-{k:06d}-{digest[:16]}"
-        return stem.with_suffix(".parquet"), stem.with_suffix(".json")
+        return stem.with_suffix(".parquet"), stem.with_suffix(".json"), stem.with_suffix(".review.parquet")
 
     def _folder(self) -> Path:
         return private_folder(self.folder)
@@ -44,25 +45,28 @@ class WindowStage:
         """The staged window's record (rows counted toward a limit, stats), if it computed this."""
         if not self.folder.exists():
             return None
-        table, sidecar = self._files(k, digest)
+        table, sidecar, review = self._files(k, digest)
         self._folder()
         if not (table.exists() and sidecar.exists()):
             return None
         record = json.loads(sidecar.read_text())
-        if record.pop("sha256", None) != _sha256(table):
+        digests = record.pop("sha256", None), record.pop("review_sha256", None)
+        if digests != (_sha256(table), _sha256(review) if review.exists() else None):
             raise QuailError(f"staged window {table} does not match the digest its sidecar recorded; remove "
                              f"{self.folder} to compute the task anew")
         return record
 
-    def put(self, k: int, digest: str, table: pa.Table, record: dict) -> None:
+    def put(self, k: int, digest: str, table: pa.Table, record: dict, review: pa.Table | None = None) -> None:
         folder = self._folder()
         for stale in folder.glob(f"window-{k:06d}-*"):
             stale.unlink()
-        path, sidecar = self._files(k, digest)
-        with OutputSink(str(path)) as sink:
-            sink.write(table)
-        # last: a window is done once both are there
-        write_text_atomically(sidecar, json.dumps(record | {"sha256": _sha256(path)}))
+        path, sidecar, review_path = self._files(k, digest)
+        for what, where in ((table, path), (review, review_path)):
+            if what is not None:
+                with OutputSink(str(where)) as sink:
+                    sink.write(what)
+        digests = {"sha256": _sha256(path), "review_sha256": _sha256(review_path) if review is not None else None}
+        write_text_atomically(sidecar, json.dumps(record | digests))  # last: a window is done once it is there
 
     def job(self, k: int) -> str | None:
         """The id of the last job submitted for window k, if one was."""
@@ -72,9 +76,10 @@ class WindowStage:
     def put_job(self, k: int, job: str) -> None:
         write_text_atomically(self._folder() / f"window-{k:06d}.job", job)
 
-    def tables(self, windows: list[tuple[int, str]]) -> Iterator[pa.Table]:
+    def tables(self, windows: list[tuple[int, str]], review: bool = False) -> Iterator[pa.Table]:
+        """The staged windows' tables, or (review) their rows for review."""
         for k, digest in windows:
-            yield pq.read_table(self._files(k, digest)[0])
+            yield pq.read_table(self._files(k, digest)[2 if review else 0])
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -207,3 +207,60 @@ def test_a_cascade_on_another_kind_or_a_malformed_one_is_refused(tmp_path, news,
                         cascade=Cascade("smollm2-135m", 0.1, 0.9))
     with pytest.raises(QuailError, match="a cascade is for a filter"):
         KINDS["classify"].validate(spec, "operator 'kind'")
+
+
+def test_the_review_output_holds_exactly_the_rows_inside_the_band(sessions, tiny_model_dir, news, tmp_path, capsys):
+    small, _ = sessions
+    threshold, cascade = _band(small)
+    out, review, everything = tmp_path / "out.parquet", tmp_path / "review.parquet", tmp_path / "all.parquet"
+    common = ["filter", news, "--text-column", "text", "--predicate", Q, "--threshold", threshold, "--model",
+              tiny_model_dir, "--cascade", "smollm2-135m", "--cascade-band", cascade.low, cascade.high]
+    assert _cli(*common, "--output", out, "--review-output", review) == 0
+    assert _cli(*common, "--output", everything, "--keep-all") == 0
+    inside = [r for r in pq.read_table(everything).to_pylist() if r["cascaded"]]
+    assert inside and pq.read_table(review).to_pylist() == inside  # whatever the output keeps
+    assert 0 < len(inside) < len(TEXTS)
+    assert _cli("filter", news, "--text-column", "text", "--predicate", Q, "--model", tiny_model_dir,
+                "--output", out, "--review-output", review) == 2
+    assert "review_output takes the rows inside a cascade's band" in capsys.readouterr().err
+    assert _cli(*common, "--output", out, "--review-output", out) == 2
+    assert "is also --output" in capsys.readouterr().err
+
+
+def test_an_operator_stages_and_writes_the_rows_inside_the_band_for_review(sessions, news, tmp_path, monkeypatch):
+    """LLMFilterOperator(review_output=...): two windows staged with their rows for review, then one
+    review table, beside the output, holding exactly the rows the larger model answered."""
+    import threading
+    from types import SimpleNamespace
+
+    from airflow.exceptions import AirflowException
+
+    from airflow_quail.operators import LLMFilterOperator
+
+    small, _ = sessions
+    threshold, band = _band(small)
+    location = f"grpc+unix://{tmp_path}/w.sock"
+    server = Worker(small, location, token="s3cret")
+    threading.Thread(target=server.serve, daemon=True).start()
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps({"conn_type": "quail", "host": location,
+                                                                 "password": "s3cret"}))
+    out, review = tmp_path / "out.parquet", tmp_path / "review.parquet"
+
+    def op(**kwargs):
+        return LLMFilterOperator(task_id="sport", source=str(news), text_column="text", predicates=[Q],
+                                 threshold=threshold, target=str(out), window_rows=6,
+                                 cascade={"model": "smollm2-135m", "band": [band.low, band.high]}, **kwargs)
+
+    try:
+        manifest = op(review_output=str(review)).execute(
+            {"ti": SimpleNamespace(dag_id="news", task_id="sport", run_id="r1", map_index=-1, try_number=1)})
+    finally:
+        server.shutdown()
+    rows = pq.read_table(review).to_pylist()
+    assert manifest["windows"] == 2 and rows and all(r["cascaded"] for r in rows)
+    assert len(rows) == manifest["stats"]["by_model"]["smollm2-135m"]["rows"]
+    assert {"id", "text", "sport", "passed", "p_yes_1", "cascaded"} <= set(rows[0])
+    with pytest.raises(AirflowException, match="review_output takes the rows inside a cascade's band"):
+        LLMFilterOperator(task_id="f", source=str(news), text_column="text", predicates=[Q], target=str(out),
+                          review_output=str(review))

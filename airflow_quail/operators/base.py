@@ -142,6 +142,9 @@ class BaseLLMOperator(BaseOperator):
         try:
             check_window_rows(self.window_rows, "window_rows")
             where, spec = check_target(self.target, self.sources()), self.spec()  # before any work
+            review = getattr(self, "review_output", None)
+            if review is not None:
+                check_target(review, [*self.sources(), self.target])
             run = self._task_run(context, where, ended)
             (source, _), *others = self.inputs()
             others = [(read_source(s), s) for s, _ in others]
@@ -161,6 +164,8 @@ class BaseLLMOperator(BaseOperator):
             done = drive(spec, iter_source(source, self.window_rows), source, others, step,
                          after=lambda w, d, total: self._log_window(total, run.total_rows, started), max_tokens=budget)
             write_target(run.stage.tables(staged), self.target)
+            if review is not None:
+                write_target(run.stage.tables(staged, review=True), review)
             run.stage.clear()
         except QuailError as e:
             raise AirflowException(str(e)) from None
@@ -278,10 +283,12 @@ class BaseLLMOperator(BaseOperator):
             raise WorkerLost(f"Quail job {job_ref(status['job'])} was cancelled on the worker (it is stopping)")
         if status["state"] != "done":
             raise AirflowException(f"Quail job {job_ref(status['job'])} {status['state']}: {status['error']}")
-        table, counted = window.shaped(run.client.fetch(status["job"]), self.sources()[0])
+        answers = run.client.fetch(status["job"])
+        table, counted = window.shaped(answers, self.sources()[0])
         record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],
                   "predicted": status["predicted"], "ahead": status.get("ahead") or {}}
-        run.stage.put(window.k, digest, table, record)
+        review = window.review(answers, self.sources()[0]) if getattr(self, "review_output", None) else None
+        run.stage.put(window.k, digest, table, record, review)
         return record
 
     def _log_window(self, total: OperatorDone, rows: int | None, started: float) -> None:

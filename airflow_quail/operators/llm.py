@@ -23,21 +23,28 @@ class LLMFilterOperator(BaseLLMOperator):
     :param limit: the first N passing rows, in input order; computing stops after them
     :param threshold: P(yes) at or above which a predicate holds
     :param cascade: ``{"model": NAME, "band": [LOW, HIGH]}``: the rows whose P(yes) lies inside the band
-        are answered again by this larger model, in the same worker (``quail band`` chooses the band)
+        are answered again by this larger model, in the same worker (``quail band`` chooses the band);
+        or ``{"model": NAME, "target": {"precision": 0.95}, "delta": 0.05}``: the band is chosen in the
+        run, on the first window, for that target (README, "A cascade with a guarantee")
+    :param review_output: with a cascade, where the rows inside its band go, with every column and
+        probability, for a person to review: a path or URI, or sql://CONN_ID/TABLE (templated)
     """
 
-    template_fields: Sequence[str] = ("source", "target", "predicates", "quail_plan")
+    template_fields: Sequence[str] = ("source", "target", "predicates", "review_output", "quail_plan")
     template_fields_renderers = {"quail_plan": "json", "predicates": "json"}
 
     def __init__(self, *, source: str, text_column: str, predicates: list[str], limit: int | None = None,
-                 threshold: float = 0.5, cascade: dict | None = None, **kwargs):
+                 threshold: float = 0.5, cascade: dict | None = None, review_output: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.source, self.text_column, self.predicates = source, text_column, predicates
-        self.limit, self.threshold = limit, threshold
+        self.limit, self.threshold, self.review_output = limit, threshold, review_output
         try:
             self.cascade = FilterSettings.check_one("cascade", cascade, f"task {self.task_id!r}")
         except QuailError as e:
             raise AirflowException(str(e)) from None
+        if review_output is not None and self.cascade is None:
+            raise AirflowException(f"task {self.task_id!r}: review_output takes the rows inside a cascade's band; "
+                                   f"give the operator a cascade")
         self._declare_assets(kwargs)
 
     def inputs(self):

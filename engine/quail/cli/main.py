@@ -9,6 +9,7 @@ from pathlib import Path
 
 from quail.answer_store import AnswerStore
 from quail.cli import band
+from quail.installed import require_engine
 from quail.cli.progress import Progress
 from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
                              DEFAULT_PORT, DEVICE_HELP)
@@ -16,7 +17,7 @@ from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
 from quail.kinds.base import CALIBRATIONS
-from quail.pipeline.config import Pipeline, load_pipeline
+from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.worker.locations import unix_location
 from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
@@ -89,6 +90,8 @@ def _single_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--output", help="output Parquet file (written atomically); required unless --explain")
     p.add_argument("--stats", help="write the token accounting to this JSON file")
+    p.add_argument("--review-output", help="with a cascade: write the rows inside its band (the larger model "
+                                           "answered them), with their probabilities, to this Parquet file")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")
     p.add_argument("--explain", action="store_true", help="print the plan and predicted accounting; run nothing")
     p.add_argument("--calibration", choices=CALIBRATIONS, default="auto",
@@ -159,7 +162,10 @@ def _single(args) -> Pipeline:
     if not args.explain and not args.output:
         raise QuailError("--output is required (or --explain)")
     stats = {spec.name: args.stats} if args.stats else {}
-    return Pipeline(tables, [spec], args.model, stats)
+    pipeline = Pipeline(tables, [spec], args.model, stats, reviews={spec.name: args.review_output}
+                        if getattr(args, "review_output", None) else {})
+    check_reviews(pipeline)
+    return pipeline
 
 
 def _models(args) -> None:
@@ -245,6 +251,7 @@ def _worker(args) -> None:
         return
     import signal
 
+    require_engine("`quail worker serve`")
     import torch
 
     from quail.worker.liveness import hold, release
@@ -289,6 +296,7 @@ def run(argv=None) -> int:
         _worker(args)
         return 0
     if args.command == "band":
+        require_engine("`quail band`")
         import torch
 
         band.check(args)
@@ -302,6 +310,7 @@ def run(argv=None) -> int:
     else:
         pipeline = _single(args)
         explain = args.explain
+    require_engine(f"`quail {args.command}`")
     import torch
 
     from quail.cost.observed import SelectivityStore
@@ -320,7 +329,8 @@ def run(argv=None) -> int:
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows, args.max_tokens)
     runner.check_inputs()
     if not explain:
-        runner.check_outputs(*(("output", "stats") if args.command in ("pipeline", "explain") else ("--output", "--stats")))
+        runner.check_outputs(*(("output", "stats", "review_output") if args.command in ("pipeline", "explain")
+                               else ("--output", "--stats", "--review-output")))
     for spec in pipeline.specs:
         if spec.cascade is not None:
             if spec.cascade.model == pipeline.model:

@@ -7,6 +7,7 @@
         filter: {input: reviews, column: text, predicates: ["Is it positive?"]}
         output: out/good.parquet
         max_tokens: 5000000              # optional: refused or stopped past it
+        review_output: out/unsure.parquet  # optional, with a cascade: the rows inside its band
       - name: topics
         classify: {input: good, column: text, labels: [price, quality]}
         output: out/topics.parquet
@@ -33,10 +34,11 @@ class Pipeline:
     model: str = DEFAULT_MODEL
     stats: dict[str, str] = field(default_factory=dict)  # operator -> where its stats JSON goes
     budgets: dict[str, int] = field(default_factory=dict)  # operator -> its max_tokens
+    reviews: dict[str, str] = field(default_factory=dict)  # operator -> where the rows inside its band go
 
 
 TOP_KEYS = frozenset({"model", "tables", "operators"})
-OPERATOR_KEYS = frozenset({"name", "output", "stats", "max_tokens"})
+OPERATOR_KEYS = frozenset({"name", "output", "stats", "max_tokens", "review_output"})
 
 
 class _NoAliases(yaml.SafeLoader):
@@ -73,7 +75,7 @@ def load_pipeline(path: str) -> Pipeline:
     model = doc.get("model", DEFAULT_MODEL)
     if not isinstance(model, str):
         raise QuailError(f"pipeline {path}: model must be a name or a path, got {model!r}")
-    specs, stats, budgets = [], {}, {}
+    specs, stats, budgets, reviews = [], {}, {}, {}
     for i, op in enumerate(doc["operators"]):
         if not isinstance(op, dict) or "name" not in op:
             raise QuailError(f"pipeline {path}: operator {i} needs a name")
@@ -93,6 +95,8 @@ def load_pipeline(path: str) -> Pipeline:
                 else output + ".stats.json"
         elif "stats" in op:
             raise QuailError(f"operator {name!r}: stats needs an output")
+        if "review_output" in op:
+            reviews[name] = str(base / _path(op["review_output"], f"operator {name!r}: review_output"))
         if "max_tokens" in op:
             budget = op["max_tokens"]
             if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
@@ -103,4 +107,14 @@ def load_pipeline(path: str) -> Pipeline:
         for i in s.inputs:
             if i not in names:
                 raise QuailError(f"operator {s.name!r}: input {i!r} is neither a table nor an operator")
-    return Pipeline(tables, specs, model, stats, budgets)
+    pipeline = Pipeline(tables, specs, model, stats, budgets, reviews)
+    check_reviews(pipeline)
+    return pipeline
+
+
+def check_reviews(pipeline: Pipeline) -> None:
+    """A review output takes the rows inside a cascade's band: an operator without one has none."""
+    for spec in pipeline.specs:
+        if spec.name in pipeline.reviews and spec.cascade is None:
+            raise QuailError(f"operator {spec.name!r}: review_output takes the rows inside a cascade's band; "
+                             f"give the operator a cascade")

@@ -72,16 +72,19 @@ class Runner:
                     source = self.source(name)
                     text_column(source.schema().empty_table(), column, source.name, self.on_null)
 
-    def check_outputs(self, output_word: str = "output", stats_word: str = "stats") -> None:
+    def check_outputs(self, output_word: str = "output", stats_word: str = "stats",
+                      review_word: str = "review_output") -> None:
         """Refuses, before the model loads, an output or stats file that could not be written, an
         output that is not Parquet, and any output or stats file that is one of the inputs or that
         another output or stats file of the run also names."""
         claimed = {Path(p).resolve(): None for p in self.pipeline.tables.values()}  # None: an input
         for spec in self.pipeline.specs:
             where = f"operator {spec.name!r}: " if len(self.pipeline.specs) > 1 else ""
-            files = [(output_word, spec.output), (stats_word, self.pipeline.stats.get(spec.name))]
-            if spec.output is not None and Path(spec.output).suffix.lower() != ".parquet":
-                raise QuailError(f"{where}{output_word} {spec.output}: outputs are .parquet files")
+            files = [(output_word, spec.output), (stats_word, self.pipeline.stats.get(spec.name)),
+                     (review_word, self.pipeline.reviews.get(spec.name))]
+            for word, path in ((output_word, spec.output), (review_word, self.pipeline.reviews.get(spec.name))):
+                if path is not None and Path(path).suffix.lower() != ".parquet":
+                    raise QuailError(f"{where}{word} {path}: outputs are .parquet files")
             for word, path in files:
                 if path is None:
                     continue
@@ -189,11 +192,16 @@ class Runner:
                                           stats)
             if (observed := runtime_of(spec.kind).observed(window.spec, answers)) is not None:
                 seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
-            table, counted = window.shaped(answers, first.name if spec is head else fed[spec.name].source)
+            source = first.name if spec is head else fed[spec.name].source
+            table, counted = window.shaped(answers, source)
+            if spec.name in reviews:
+                reviews[spec.name].write(window.review(answers, source))
             return WindowDone(table.num_rows, counted, stats, escalated), sink.write(table)
 
         with ExitStack() as stack:
             sinks = {s.name: stack.enter_context(OutputSink(targets[s.name])) for s in group}
+            reviews = {s.name: stack.enter_context(OutputSink(self.pipeline.reviews[s.name])) for s in group
+                       if s.name in self.pipeline.reviews}
 
             def step(window: Window) -> WindowDone:
                 done, written = compute_window(head, window, sinks[head.name])

@@ -33,6 +33,14 @@ class Window:
         run = runtime_of(self.spec.kind)
         return run.shape(self.spec, run.in_window(answers, self.offset), self.tables, source), run.counted_rows(answers)
 
+    def review(self, answers: pa.Table, source: str) -> pa.Table:
+        """The window's rows inside a cascade's band, which the larger model answered: every input
+        column, `passed` and the probabilities, whatever the output keeps, for a person to review."""
+        run = runtime_of(self.spec.kind)
+        whole = run.shape(replace(self.spec, keep_all=True, limit=None), run.in_window(answers, self.offset),
+                          self.tables, source)
+        return whole.filter(whole.column("cascaded"))
+
 
 @dataclass
 class WindowDone:

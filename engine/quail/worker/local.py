@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from quail.errors import QuailError
+from quail.installed import require_engine
 from quail.paths import home
 from quail.trust import private_folder
 from quail.worker.client import WorkerClient
@@ -50,6 +51,7 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
         if sock.exists() and token and _answers(location, token):
             say(f"the local Quail worker for {model} is already running ({location})")
             return location, token
+        require_engine("starting a local Quail worker")
         log_path = folder / f"{ident}.log"
         while True:
             phases = _PhaseReader(log_path, say)

@@ -29,8 +29,8 @@ def main(rows: int = 8192, words: int = 800) -> None:
     texts = [f"{i} " + " ".join(text) for i in range(rows)]
     with tempfile.TemporaryDirectory() as d:
         location = f"grpc+unix://{Path(d) / 'w.sock'}"
-        server = Worker(Session(load_model("smollm2-135m", "float32"), PhysicalPlan(arena_pages=256, max_batch_tokens=512)),
-                        location, token="bench")
+        session = Session(load_model("smollm2-135m", "float32"), PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+        server = Worker(session, location, token="bench")
         threading.Thread(target=server.serve, daemon=True).start()
         client = WorkerClient(location, "bench")
         t = time.perf_counter()

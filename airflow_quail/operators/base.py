@@ -79,6 +79,7 @@ class BaseLLMOperator(BaseOperator):
     """
 
     ui_color = "#f2e6c9"
+    review_output: str | None = None  # a cascade's rows inside its band go there (LLMFilterOperator)
 
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -142,9 +143,8 @@ class BaseLLMOperator(BaseOperator):
         try:
             check_window_rows(self.window_rows, "window_rows")
             where, spec = check_target(self.target, self.sources()), self.spec()  # before any work
-            review = getattr(self, "review_output", None)
-            if review is not None:
-                check_target(review, [*self.sources(), self.target])
+            if self.review_output is not None:
+                check_target(self.review_output, [*self.sources(), self.target])
             run = self._task_run(context, where, ended)
             (source, _), *others = self.inputs()
             others = [(read_source(s), s) for s, _ in others]
@@ -164,8 +164,8 @@ class BaseLLMOperator(BaseOperator):
             done = drive(spec, iter_source(source, self.window_rows), source, others, step,
                          after=lambda w, d, total: self._log_window(total, run.total_rows, started), max_tokens=budget)
             write_target(run.stage.tables(staged), self.target)
-            if review is not None:
-                write_target(run.stage.tables(staged, review=True), review)
+            if self.review_output is not None:
+                write_target(run.stage.tables(staged, review=True), self.review_output)
             run.stage.clear()
         except QuailError as e:
             raise AirflowException(str(e)) from None
@@ -215,9 +215,9 @@ class BaseLLMOperator(BaseOperator):
         # a window a trigger saw end is fetched from the worker that ran it; else the run's worker
         client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
             hook.get_conn(run=route)
+        reuse = Reuse(answers=hook.answer_store) if self.reuse else Reuse.none()
         return _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
-                        hook, route, client, *self.plan_entry(), Reuse(answers=hook.answer_store) if self.reuse else Reuse.none(),
-                        source_rows(self.sources()[0]))
+                        hook, route, client, *self.plan_entry(), reuse, source_rows(self.sources()[0]))
 
     def _window(self, run: "_TaskRun", window: Window, ended: tuple[int, dict] | None) -> dict:
         """Window k's record: staged by an earlier try, or the job a trigger saw end, or computed now.
@@ -287,7 +287,7 @@ class BaseLLMOperator(BaseOperator):
         table, counted = window.shaped(answers, self.sources()[0])
         record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],
                   "predicted": status["predicted"], "ahead": status.get("ahead") or {}}
-        review = window.review(answers, self.sources()[0]) if getattr(self, "review_output", None) else None
+        review = window.review(answers, self.sources()[0]) if self.review_output is not None else None
         run.stage.put(window.k, digest, table, record, review)
         return record
 

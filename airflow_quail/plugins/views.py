@@ -7,9 +7,28 @@ from html import escape
 from quail.constants import MECHANISMS
 
 COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "prefix": "#9bbb59", "retention": "#8064a2", "answers": "#f79646"}
-STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}
-td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
-h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.5rem}.muted{color:#777}"""
+STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}h1{font-size:1.4rem;overflow-wrap:anywhere}
+h2{font-size:1.1rem;margin-top:1.5rem}.muted{color:#777}svg{max-width:100%;height:auto}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9375rem}
+td,th{border:1px solid #ccc;padding:.25rem .45rem;text-align:right}td.l{overflow-wrap:anywhere}th{background:#f4f4f4}
+td.l,th.l{text-align:left}tr>.l:first-child{grid-column:1/-1}th[colspan='3']{grid-column:span 3}"""
+
+
+def _wrapped(width: int, tables: str, columns: str) -> str:
+    """Tables wrap rather than scroll: below `width` each row of `tables` is a grid whose first cell
+    heads it, and whose other cells wrap as the header row's do, so the columns still line up. The
+    DAG run's side panel is about 600 px wide."""
+    return (f"@media (max-width:{width}px){{{tables},{tables} tbody{{display:block}}{tables} tr{{display:grid;"
+            f"grid-template-columns:{columns};border-top:2px solid #bbb}}}}")
+
+
+# The widest tables wrap first, every table below 800 px; where two rules apply, the later wins. The
+# predicted table (16 columns, three a part) keeps a multiple of 3 columns so its parts line up.
+PREDICTED, FIT = "table:where(:has(th:nth-child(15)))", "repeat(auto-fit,minmax(6rem,1fr))"
+STYLE += "".join(_wrapped(*rule) for rule in (
+    (1300, "table:where(:has(th:nth-child(10)))", FIT), (1500, PREDICTED, "repeat(9,minmax(0,1fr))"),
+    (800, "table", FIT), (800, PREDICTED, "repeat(6,minmax(0,1fr))"), (420, PREDICTED, "repeat(3,minmax(0,1fr))")))
+STYLE += "@media (max-width:800px){table{font-size:.875rem}}"
 
 
 def page(title: str, body: str) -> str:
@@ -61,8 +80,9 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
                     + "".join(f"<td>{s['tokens_reused'].get(k, 0):,}</td>" for k in MECHANISMS)
                     + f"<td>{s['tokens_naive']:,}</td><td>{saved:.0%}</td></tr>")
     table = ("<table><tr><th class='l'>task</th><th>rows in</th><th>rows out</th><th class='l'>chain mode</th>"
-             "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th><th>rewind</th>"
-             "<th>prefix</th><th>retention</th><th>without reuse</th><th>saved</th></tr>" + "".join(rows) + "</table>")
+             "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th>"
+             + "".join(f"<th>{k}</th>" for k in MECHANISMS) + "<th>without reuse</th><th>saved</th></tr>"
+             + "".join(rows) + "</table>")
     return page(f"{dag_id} / {run_id}", "<h2>Tokens by task</h2>" + tokens_svg(tasks) + table
                 + "<h2>Predicted and actual</h2>" + predicted_html(tasks))
 
@@ -117,5 +137,6 @@ def tokens_svg(tasks: dict[str, dict], width: int = 720, bar: int = 22) -> str:
     legend = "".join(f"<rect x='{label + 110 * i}' y='{y}' width='12' height='12' fill='{COLORS[p]}'/>"
                      f"<text x='{label + 110 * i + 16}' y='{y + 11}' font-size='12'>{p}</text>"
                      for i, p in enumerate(("computed", *MECHANISMS)))
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{y + 20}' role='img' "
-            f"aria-label='tokens computed and reused by task'>{''.join(parts)}{legend}</svg>")
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{y + 20}' "
+            f"viewBox='0 0 {width} {y + 20}' role='img' aria-label='tokens computed and reused by task'>"
+            f"{''.join(parts)}{legend}</svg>")

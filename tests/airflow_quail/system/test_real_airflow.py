@@ -14,7 +14,8 @@ from tests.airflow_quail.system.deployment import ended, login, served, services
 
 def _the_quail_page(base: str, token: str, run: str, tmp_path: Path) -> None:
     """The plugin is mounted on the real api-server: a user sees the run's Quail tasks, an anonymous
-    request is refused; headless Chromium, where installed, takes a screenshot of the page."""
+    request is refused; headless Chromium, where installed, takes a screenshot of the page, and at
+    600 px wide (graph view's side panel) finds it no wider than the window: its tables wrap."""
     import shutil
 
     assert httpx.get(f"{base}/quail/runs/quail_jokes/{run}").status_code in (401, 403)
@@ -25,10 +26,16 @@ def _the_quail_page(base: str, token: str, run: str, tmp_path: Path) -> None:
         return
     # the page is self-contained (inline SVG, no script or asset), so its saved HTML renders as served
     (tmp_path / "quail.html").write_text(page.text)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,780",
-                    f"--screenshot={tmp_path / 'quail-page.png'}", f"file://{tmp_path / 'quail.html'}"],
-                   check=True, capture_output=True, timeout=120)
-    assert (tmp_path / "quail-page.png").stat().st_size > 10_000
+    headless = [chromium, "--headless", "--no-sandbox", "--disable-gpu"]
+    for size, png in (("1280,780", "quail-page.png"), ("600,900", "quail-page-600.png")):
+        subprocess.run([*headless, f"--window-size={size}", f"--screenshot={tmp_path / png}",
+                        f"file://{tmp_path / 'quail.html'}"], check=True, capture_output=True, timeout=120)
+        assert (tmp_path / png).stat().st_size > 10_000
+    (tmp_path / "quail-fits.html").write_text(page.text + "<script>document.body.dataset.fits = "
+                                              "document.documentElement.scrollWidth <= window.innerWidth</script>")
+    dom = subprocess.run([*headless, "--window-size=600,900", "--dump-dom", f"file://{tmp_path / 'quail-fits.html'}"],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    assert 'data-fits="true"' in dom, "the Quail page is wider than 600 px"
 
 
 def _the_digest_ran_on_the_filters_asset(api, run: str, tmp_path: Path) -> None:

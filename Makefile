@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 WHEELS := engine/quail/model/wheels
 
-.PHONY: test test-fast demo bench bench-full constraints clean docker-check
+.PHONY: test test-fast demo ui stop bench bench-full constraints clean docker-check
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -46,6 +46,16 @@ demo: $(VENV)/.model-qwen2.5-coder-1.5b
 	@cat out/dags/report.txt
 	@echo "The local worker keeps the model and its KV arena (about 9 GB for the 1.5B) for 10 idle minutes, for the"
 	@echo "next DAG run; '.venv/bin/quail worker stop' stops it now."
+
+# Airflow on 127.0.0.1 for the demo's home (out/airflow), with one run of quail_jokes (UI_ROWS jokes)
+# whose task logs the UI shows; prints the URL, the user and the password. `make stop` stops it all.
+UI_PORT ?= 8080
+UI_ROWS ?= 24
+ui: $(VENV)/.model-qwen2.5-coder-1.5b
+	$(PY) scripts/ui.py start --home out --port $(UI_PORT) --rows $(UI_ROWS)
+
+stop:
+	$(PY) scripts/ui.py stop --home out
 
 $(VENV)/.bench: $(VENV)/.model-qwen2.5-coder-0.5b bench/requirements-llama.txt
 	$(PIP) install -q -r bench/requirements-llama.txt

@@ -32,6 +32,14 @@ TASKS = ["filter", "classify", "join"]
 FILTER_QUESTION = "Is this article about a person?"  # the label: Wikipedia files it under People
 TOPICS = ["arts", "biology and health", "geography", "history", "technology"]
 CLASSIFY_QUESTION = "Which topic is this article about?"
+# --descriptions: what each topic covers, written from the topics' names before any run with them
+TOPIC_DESCRIPTIONS = {
+    "arts": "painting, sculpture, music, film, literature, theatre, dance, and the people who make them",
+    "biology and health": "living things, the body, medicine, disease and health",
+    "geography": "places, countries, cities, rivers, mountains, climate and populations",
+    "history": "past events, wars, empires, dynasties, revolutions and historical figures",
+    "technology": "machines, computers, software, engineering, inventions and industry",
+}
 JOIN_CONDITIONS = {  # the right column's name is the prompt's name for a right row, as in the CLI
     "description": "The description is the short description of the subject of the document.",
     "title": "The title is the title of the document.",
@@ -160,7 +168,7 @@ def timed(call):
     return result, {"tokens_computed": stats.tokens_computed, "seconds": round(time.perf_counter() - start, 2)}
 
 
-def measure(session, data: dict, calibration: str, join_on: str, tasks: list[str]) -> dict:
+def measure(session, data: dict, calibration: str, join_on: str, tasks: list[str], descriptions: bool = False) -> dict:
     out = {}
     if "filter" in tasks:
         rows = data["filter"]
@@ -171,7 +179,8 @@ def measure(session, data: dict, calibration: str, join_on: str, tasks: list[str
     if "classify" in tasks:
         rows = data["classify"]
         c, cost = timed(lambda: session.classify([x["text"] for x in rows], TOPICS, CLASSIFY_QUESTION,
-                                                 calibration=calibration))
+                                                 calibration=calibration, descriptions=tuple(
+                                                     TOPIC_DESCRIPTIONS[t] for t in TOPICS) if descriptions else ()))
         out["classify"] = classify_metrics(c.probabilities, [TOPICS.index(x["topic"]) for x in rows]) | cost
     if "join" in tasks:
         j, cost = timed(lambda: session.join(data["join_left"], data["join_right"], JOIN_CONDITIONS[join_on],
@@ -250,6 +259,9 @@ def main():
     ap.add_argument("--join-on", default="description", choices=list(JOIN_CONDITIONS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS),
                     help="measure only these (the others keep their earlier results)")
+    ap.add_argument("--descriptions", action="store_true",
+                    help="the classify's labels with their descriptions (TOPIC_DESCRIPTIONS); results under "
+                         "'<calibration> + descriptions'")
     args = ap.parse_args()
 
     from quail.model.registry import installed
@@ -265,15 +277,16 @@ def main():
             continue
         session = Session.open(name, "auto", device="cpu")
         for calibration in args.calibration:
-            print(f"{name}, calibration {calibration}:", flush=True)
-            result = doc["runs"].get(name, {}).get(calibration, {}) | measure(session, data, calibration,
-                                                                               args.join_on, args.tasks)
+            key = calibration + (" + descriptions" if args.descriptions else "")
+            print(f"{name}, calibration {key}:", flush=True)
+            result = doc["runs"].get(name, {}).get(key, {}) | measure(session, data, calibration, args.join_on,
+                                                                       args.tasks, args.descriptions)
             result["machine"] = machine()
             result["dtype"] = str(session.engine.model.dtype)
             for task in args.tasks:
                 print(f"  {task}: " + ", ".join(f"{k} {fmt(v)}" for k, v in result[task].items()
                                                  if k not in ("on", "right_name", "question", "confusion")), flush=True)
-            doc["runs"].setdefault(name, {})[calibration] = clean(result)
+            doc["runs"].setdefault(name, {})[key] = clean(result)
             RESULTS.mkdir(exist_ok=True)
             out.write_text(json.dumps(doc, indent=1) + "\n")
             out.with_suffix(".md").write_text(markdown(doc))

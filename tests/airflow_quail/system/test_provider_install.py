@@ -4,6 +4,7 @@ imports, the example DAGs parse, the compute commands say to install the extra, 
 against a worker from the full environment."""
 
 import json
+import os
 import subprocess
 import sys
 from functools import partial
@@ -36,10 +37,13 @@ def test_the_provider_installs_without_torch_and_runs_a_dag_on_a_full_worker(tmp
     venv = tmp_path / "venv"
     assert run(sys.executable, "-m", "venv", venv).returncode == 0
     python, airflow = venv / "bin" / "python", venv / "bin" / "airflow"
+    # nothing of this environment's: a PYTHONPATH naming the repository would make pip take it for
+    # an installed airflow-quail (its build leaves egg-info there) and skip the wheel
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # the SQLite provider: the example DAGs' tables live in SQLite (sql://quail_demo_db/...), as a user's
     # DAGs need their own database's provider
     installed = run(python, "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt", "apache-airflow==3.3.2",
-                    "apache-airflow-providers-sqlite", wheel)
+                    "apache-airflow-providers-sqlite", wheel, env=clean)
     assert installed.returncode == 0, installed.stderr[-3000:]
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "AIRFLOW_HOME": str(tmp_path / "airflow"),
            "QUAIL_HOME": str(tmp_path / "quail"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

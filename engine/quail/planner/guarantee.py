@@ -141,16 +141,3 @@ def choose(metric: str, target: float, delta: float, scores: list[list[float]], 
         low = high = 0.0 if low is None else low
     return Guarantee(metric, target, delta, float(low), float(high), len(truth), tested, bound)
 
-
-def choose_labels(target: float, delta: float, confidence: list[float], right: list[bool]) -> Guarantee:
-    """A classify's threshold on its top label's probability, for an accuracy target: the small
-    model answers when its top probability is at least `high` (= `low`); `right`: it agrees with
-    the larger model on that sample row."""
-    grid = [round(1 - i / 100, 2) for i in range(100)]  # 1.0 ... 0.01: a top probability may be low
-
-    def counts(tau):  # the rows it answers wrong, among all: the larger model's are right
-        return sum(not r for c, r in zip(confidence, right) if c >= tau), len(right)
-
-    tau, bound, tested = _sequence(grid, counts, 1 - target, delta)
-    tau = 1.01 if tau is None else tau  # above any probability: every row goes to the larger model
-    return Guarantee("accuracy", target, delta, tau, tau, len(right), tested, bound)

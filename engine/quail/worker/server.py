@@ -92,16 +92,6 @@ def claim_location(location: str) -> Path | None:
     return path
 
 
-def _read_batches(reader) -> pa.Table:
-    """The submission's documents, as the client streamed them, batch by batch."""
-    batches = []
-    while True:
-        try:
-            batches.append(reader.read_chunk().data)
-        except StopIteration:
-            return pa.Table.from_batches(batches, schema=reader.schema)
-
-
 def _what(mode: int) -> str:
     return "a folder" if stat.S_ISDIR(mode) else "a link" if stat.S_ISLNK(mode) else \
         "a file" if stat.S_ISREG(mode) else "not a socket"
@@ -165,7 +155,7 @@ class Worker(flight.FlightServerBase):
         self.last_call = time.time()
         try:
             submission = parse_submit(descriptor.command)
-            inputs = split_documents(_read_batches(reader), KINDS[submission.spec.kind].arity)
+            inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
         except QuailError as e:
             raise flight.FlightServerError(str(e))
         documents = documents_digest(inputs)

@@ -85,9 +85,7 @@ class WindowStage:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()

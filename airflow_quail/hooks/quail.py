@@ -7,6 +7,7 @@ from airflow.sdk import BaseHook
 from quail.constants import DEFAULT_PORT
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
+from quail.pipeline.windows import check_max_tokens
 from quail.worker.client import DEFAULT_TIMEOUT, WorkerClient, WorkerLost, describe_load
 from quail.worker.local import ensure_local_worker
 from quail.worker.routing import route
@@ -83,11 +84,8 @@ class QuailHook(BaseHook):
     @property
     def max_tokens(self) -> int | None:
         """The extra `max_tokens`: the tokens a task may compute, unless its operator says otherwise."""
-        value = self._remote()[2].get("max_tokens")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise QuailError(f"connection {self.quail_conn_id!r}: the extra 'max_tokens' must be a whole number "
-                             f"above 0, not {value!r}")
-        return value
+        return check_max_tokens(self._remote()[2].get("max_tokens"),
+                                f"connection {self.quail_conn_id!r}: the extra 'max_tokens'")
 
     @property
     def worker_lost_timeout(self) -> float:

@@ -22,7 +22,8 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.pipeline.explain import describe_run
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
-from quail.pipeline.windows import OperatorDone, Window, WindowDone, check_budget, check_window_rows, drive
+from quail.pipeline.windows import (OperatorDone, Window, WindowDone, check_budget, check_max_tokens,
+                                    check_window_rows, drive)
 from quail.planner.plan import OperatorPlan, Plan, plan
 from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec
@@ -184,11 +185,8 @@ class BaseLLMOperator(BaseOperator):
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
 
     def _budget(self, run: "_TaskRun") -> int | None:
-        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
-                                            or self.max_tokens < 1):
-            raise QuailError(f"task {self.task_id!r}: max_tokens must be a whole number above 0, not "
-                             f"{self.max_tokens!r}")
-        return self.max_tokens if self.max_tokens is not None else run.hook.max_tokens
+        own = check_max_tokens(self.max_tokens, f"task {self.task_id!r}: max_tokens")
+        return own if own is not None else run.hook.max_tokens
 
     def _predicted(self, run: "_TaskRun", spec: OperatorSpec, source: str, others: list) -> Prediction:
         """The plan's accounting of the whole task, predicted by the worker window by window, with

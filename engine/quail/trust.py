@@ -27,9 +27,18 @@ def private_folder(path: Path) -> Path:
     except OSError as e:
         raise QuailError(f"folder {path}: {e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise QuailError(f"folder {path} is not a folder ({'a link' if stat.S_ISLNK(st.st_mode) else 'a file'})")
+        raise QuailError(f"folder {path} is not a folder ({what(st.st_mode)})")
     _refuse(path, st, "folder")
     return path
+
+
+def what(mode: int) -> str:
+    """What a path is, in a word or two, for an error that refuses it."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a link"
+    return "a socket" if stat.S_ISSOCK(mode) else "a file" if stat.S_ISREG(mode) else "something else"
 
 
 def owned_file(path: Path, readable_by_others: bool = True, kind: str = "file") -> bool:
@@ -43,7 +52,8 @@ def owned_file(path: Path, readable_by_others: bool = True, kind: str = "file") 
     except OSError as e:
         raise QuailError(f"{kind} {path}: {e.strerror}") from None
     if not (stat.S_ISSOCK if kind == "socket" else stat.S_ISREG)(st.st_mode):
-        raise QuailError(f"{kind} {path} is not a {'socket' if kind == 'socket' else 'regular file'}")
+        raise QuailError(f"{kind} {path} is not a {'socket' if kind == 'socket' else 'regular file'} "
+                         f"({what(st.st_mode)}); it is left as it is: choose another")
     _refuse(path.parent, path.parent.stat(), "folder")
     _refuse(path, st, kind)
     if not readable_by_others and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):

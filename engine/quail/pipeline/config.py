@@ -25,6 +25,7 @@ import yaml
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
 from quail.kinds import KINDS
+from quail.pipeline.windows import check_max_tokens
 from quail.planner.specs import OperatorSpec
 
 @dataclass
@@ -98,10 +99,7 @@ def load_pipeline(path: str) -> Pipeline:
         if "review_output" in op:
             reviews[name] = str(base / _path(op["review_output"], f"operator {name!r}: review_output"))
         if "max_tokens" in op:
-            budget = op["max_tokens"]
-            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-                raise QuailError(f"operator {name!r}: max_tokens must be a whole number above 0, got {budget!r}")
-            budgets[name] = budget
+            budgets[name] = check_max_tokens(op["max_tokens"], f"operator {name!r}: max_tokens")
     names = set(tables) | {s.name for s in specs}
     for s in specs:
         for i in s.inputs:

@@ -135,6 +135,14 @@ def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: s
     return op.finish()
 
 
+def check_max_tokens(value, what: str) -> int | None:
+    """A budget as a setting gives it (an operator's, a pipeline's, a connection's): none, or a whole
+    number above 0."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise QuailError(f"{what} must be a whole number above 0, got {value!r}")
+    return value
+
+
 def check_budget(name: str, predicted: Prediction, max_tokens: int | None, what: str = "max_tokens") -> None:
     """Refuses, before anything is computed, an operator whose plan predicts more computed tokens
     than its budget."""

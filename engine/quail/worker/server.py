@@ -14,7 +14,6 @@ import hmac
 import json
 import os
 import socket
-import stat
 import sys
 import threading
 import time
@@ -31,7 +30,7 @@ from quail.kinds import KINDS
 from quail.runtime import runtime_of
 from quail.pipeline.compute import compute, predict, predict_escalated
 from quail.session import Session
-from quail.trust import private_folder
+from quail.trust import owned_file, private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
 from quail.worker.jobs import Job
 from quail.worker.locations import socket_path
@@ -68,17 +67,8 @@ def claim_location(location: str) -> Path | None:
                 raise QuailError(f"something already listens on {host}:{port}; stop it or choose another --port")
         return None
     private_folder(path.parent)
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
+    if not owned_file(path, kind="socket"):
         return path
-    except OSError as e:
-        raise QuailError(f"socket {path}: {e.strerror}") from None
-    if not stat.S_ISSOCK(st.st_mode):
-        raise QuailError(f"socket {path} is not a socket ({_what(st.st_mode)}); it is left as it is: "
-                         f"choose another --socket")
-    if st.st_uid != os.getuid():
-        raise QuailError(f"socket {path} belongs to another user (uid {st.st_uid}); choose another --socket")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(str(path))
@@ -90,11 +80,6 @@ def claim_location(location: str) -> Path | None:
     finally:
         probe.close()
     return path
-
-
-def _what(mode: int) -> str:
-    return "a folder" if stat.S_ISDIR(mode) else "a link" if stat.S_ISLNK(mode) else \
-        "a file" if stat.S_ISREG(mode) else "not a socket"
 
 
 class Worker(flight.FlightServerBase):

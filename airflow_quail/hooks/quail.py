@@ -60,26 +60,23 @@ class QuailHook(BaseHook):
         the extras (`{"workers": ["grpc://h1:8815", ...]}`), the run's home (quail.worker.routing);
         else the connection's one worker."""
         workers, token, extra = self._remote()
+        timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
         if len(workers) > 1:
-            return self._routed(workers, run or "", token)
+            return self._routed(workers, run or "", token, timeout)
         if workers:
-            return _client(workers[0], token, self.timeout)
+            return _client(workers[0], token, timeout)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
                                               extra.get("arena_pages"), extra.get("device") or "auto",
                                               say=self.log.info)
-        return WorkerClient(location, token, self.timeout)
+        return WorkerClient(location, token, timeout)
 
-    def _seconds(self, key: str, default: float) -> float:
-        value = self._remote()[2].get(key, default)
+    def _seconds(self, key: str, default: float, extra: dict | None = None) -> float:
+        """An extra that is a number of seconds; `extra`: the extras already read, if they were."""
+        value = (self._remote()[2] if extra is None else extra).get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise QuailError(f"connection {self.quail_conn_id!r}: the extra {key!r} must be a number of seconds "
                              f"above 0, not {value!r}")
         return float(value)
-
-    @property
-    def timeout(self) -> float:
-        """The extra `timeout`: seconds one call to a worker may take."""
-        return self._seconds("timeout", DEFAULT_TIMEOUT)
 
     @property
     def max_tokens(self) -> int | None:
@@ -100,8 +97,8 @@ class QuailHook(BaseHook):
     def client_at(self, location: str) -> WorkerClient:
         """A client for one of the connection's workers (the one a task chose), with its token; with
         no password, the token a worker on this machine wrote for this user, if any."""
-        _, _, token, _ = self._settings()
-        return _client(location, token, self.timeout)
+        _, _, token, extra = self._settings()
+        return _client(location, token, self._seconds("timeout", DEFAULT_TIMEOUT, extra))
 
     def loads(self) -> dict[str, dict | str]:
         """Every worker the connection names, with its `info` (model, device, queued tokens, active
@@ -117,7 +114,7 @@ class QuailHook(BaseHook):
         lines = [f"{loc}: {info if isinstance(info, str) else describe_load(info)}" for loc, info in loads.items()]
         return all(not isinstance(info, str) for info in loads.values()), "; ".join(lines)
 
-    def _routed(self, workers: list[str], run: str, token: str | None) -> WorkerClient:
+    def _routed(self, workers: list[str], run: str, token: str | None, timeout: float) -> WorkerClient:
         loads = {}
         for location, info in _loads(workers, token).items():
             if isinstance(info, str):
@@ -134,7 +131,7 @@ class QuailHook(BaseHook):
         elif chosen.worker != chosen.order[0]:
             self.log.warning("the run's Quail worker %s does not answer: failing over to %s", chosen.order[0],
                              chosen.worker)
-        return _client(chosen.worker, token, self.timeout)
+        return _client(chosen.worker, token, timeout)
 
 
 def _loads(workers: list[str], token: str | None) -> dict[str, dict | str]:

@@ -189,6 +189,21 @@ def test_a_joins_pairs_are_stored_and_found_again(tmp_path, docs, tiny_model_dir
     _close(tmp_path / "a.parquet", tmp_path / "b.parquet", ["p_yes"])
 
 
+def test_a_truncated_joins_rerun_is_predicted_as_it_runs(tmp_path, docs, tiny_model_dir):
+    """Right rows longer than their half of the context: the prediction keys them cut, as the run does."""
+    left, right = tmp_path / "left.parquet", tmp_path / "right.parquet"
+    pq.write_table(pa.table({"text": ["a river " * 4500, "short"]}), left)
+    pq.write_table(pa.table({"name": ["rivers " * 6000, "money"]}), right)
+    join = ["join", left, right, "--left-column", "text", "--right-column", "name", "--condition",
+            "The document is about the topic.", "--threshold", "0", "--truncate"]
+    first = _run(tmp_path, tiny_model_dir, *join, "--output", tmp_path / "a.parquet")
+    again = _run(tmp_path, tiny_model_dir, *join, "--output", tmp_path / "b.parquet")
+    assert first["rows_truncated"] == 2 and first["tokens_computed"] > 0
+    assert again["tokens_computed"] == again["predicted"]["tokens_computed"] == 0
+    assert again["predicted"]["tokens_reused"]["answers"] == again["tokens_reused"]["answers"] == first["tokens_naive"]
+    _close(tmp_path / "a.parquet", tmp_path / "b.parquet", ["p_yes"])
+
+
 def _write_forever(path: str, ready) -> None:
     store = AnswerStore(path)
     i = 0

@@ -157,8 +157,10 @@ class BaseLLMOperator(BaseOperator):
             def step(window: Window) -> WindowDone:
                 record = self._window(run, window, ended)
                 staged.append((window.k, record["digest"]))
-                for consumer, rows in record.get("ahead", {}).items():
-                    ahead[consumer] = ahead.get(consumer, 0) + rows
+                for consumer, seen in record.get("ahead", {}).items():
+                    total = ahead.setdefault(consumer, dict.fromkeys(seen, 0))
+                    for k, v in seen.items():
+                        total[k] = total.get(k, 0) + v
                 return WindowDone(record["rows"], record["counted"], Stats.from_dict(record["stats"]),
                                   Prediction.from_dict(record["predicted"]))
 
@@ -174,8 +176,9 @@ class BaseLLMOperator(BaseOperator):
         # the CLI's closing summary, in the task log where Airflow users look
         self.log.info("%s", describe_run(self.task_id, done.stats, done.predicted, done.rows_out, done.rows_in,
                                          self.target))
-        for consumer, rows in ahead.items():
-            self.log.info("computed the answers of %s ahead for %d rows, into the answer store", consumer, rows)
+        for consumer, seen in ahead.items():
+            self.log.info("computed the answers of %s ahead for %d rows, into the answer store: %d tokens computed, "
+                          "%d reused from retention", consumer, seen["rows"], seen["tokens_computed"], seen["retention"])
         if done.stats.tokens_reused.get("answers"):
             self.log.info("found %d tokens' worth of answers in the answer store", done.stats.tokens_reused["answers"])
         return {"target": self.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,

@@ -15,13 +15,14 @@ aside and started anew; one that cannot be written (a read-only folder, a full d
 as it can be, with a warning, and the run goes on.
 """
 
+import functools
 import hashlib
-import json
 import logging
 import os
 import sqlite3
 import threading
 import time
+from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,9 +32,10 @@ from quail.paths import home
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 1 << 30
-SCHEMA = ("CREATE TABLE IF NOT EXISTS answers (key BLOB PRIMARY KEY, value TEXT NOT NULL, used INTEGER NOT NULL) "
+SCHEMA = ("CREATE TABLE IF NOT EXISTS answers (key BLOB PRIMARY KEY, value BLOB NOT NULL, used INTEGER NOT NULL) "
           "WITHOUT ROWID", "CREATE INDEX IF NOT EXISTS answers_used ON answers (used)")
 BATCH = 500  # keys per SELECT ... IN (...)
+RECENT = 1 << 16  # answers found lately, kept in memory: a window's prediction and its run look up the same keys
 
 
 def default_path() -> Path:
@@ -42,10 +44,18 @@ def default_path() -> Path:
 
 
 def answer_key(model: str, question: str, document: list[int]) -> bytes:
-    """model: LoadedModel.identity; question: the kind and the prompt after the document."""
-    h = hashlib.sha256(f"{model}\x1f{question}\x1f".encode())
-    h.update(json.dumps(document).encode())
+    """model: LoadedModel.identity; question: the kind and the prompt after the document; the
+    document's token ids (a join's pair: -1 between its two rows)."""
+    h = _asked(model, question).copy()
+    h.update(array("i", document).tobytes())
     return h.digest()
+
+
+@functools.lru_cache(maxsize=64)
+def _asked(model: str, question: str):
+    """The key's hash with its model and question in, copied for each document: a window asks one
+    question of thousands."""
+    return hashlib.sha256(f"{model}\x1f{question}\x1f".encode())
 
 
 class AnswerStore:
@@ -57,6 +67,9 @@ class AnswerStore:
         self.touch_ns = int(touch_every * 1e9)
         self.writable = True
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
+        # key -> (answer, last use): answers never change under their key, so these are never stale;
+        # a key not found is not kept, since another process may store it at any time
+        self._recent: dict[bytes, tuple[list, int]] = {}
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection | None:
@@ -128,21 +141,28 @@ class AnswerStore:
             return {}
         found: dict[bytes, list] = {}
         now = time.time_ns()
-        stale = []
         with self._lock:
+            recent = self._recent
+            if len(recent) > RECENT:
+                recent.clear()
             try:
-                for lo in range(0, len(keys), BATCH):
-                    part = keys[lo : lo + BATCH]
+                todo = [k for k in keys if k not in recent]
+                for lo in range(0, len(todo), BATCH):
+                    part = todo[lo : lo + BATCH]
                     rows = self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
                                             f"({','.join('?' * len(part))})", part).fetchall()
-                    for k, v, used in rows:
-                        found[bytes(k)] = json.loads(v)
-                        if used < now - self.touch_ns:
+                    recent.update((bytes(k), (array("d", v).tolist(), used)) for k, v, used in rows)
+                stale = []
+                for k in keys:
+                    if (hit := recent.get(k)) is not None:
+                        found[k] = hit[0]
+                        if hit[1] < now - self.touch_ns:
                             stale.append(k)
                 if touch and stale and self.writable:
                     self._db.execute("BEGIN IMMEDIATE")
                     self._db.executemany("UPDATE answers SET used = ? WHERE key = ?", [(now, k) for k in stale])
                     self._db.execute("COMMIT")
+                    recent.update((k, (found[k], now)) for k in stale)
             except sqlite3.Error as e:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
@@ -158,8 +178,9 @@ class AnswerStore:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
-                                     [(k, json.dumps(v), now) for k, v in items])
+                                     [(k, array("d", v).tobytes(), now) for k, v in items])
                 self._db.execute("COMMIT")
+                self._recent.update((k, (list(v), now)) for k, v in items)
                 self._bound()
             except sqlite3.Error as e:
                 if self._db.in_transaction:
@@ -175,6 +196,7 @@ class AnswerStore:
             over = max(1, int(count * (size - self.max_bytes) / size) + count // 10)
             self._db.execute("DELETE FROM answers WHERE key IN (SELECT key FROM answers ORDER BY used LIMIT ?)",
                              (over,))
+            self._recent.clear()  # what it holds is the store's
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # VACUUM goes through the log: empty it after
 
@@ -199,6 +221,7 @@ class AnswerStore:
             return 0
         with self._lock:
             n = self._db.execute("DELETE FROM answers").rowcount
+            self._recent.clear()
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return n

@@ -146,14 +146,16 @@ class Session:
     def filter_keys(self, questions: list[list[int]], docs: list[list[int]], calibration: str) -> list[list[bytes]]:
         """The answer store's keys of each document's answer to each predicate."""
         cal = self._calibration(calibration)
-        return [[answer_key(self.loaded.identity, f"filter\x1f{cal}\x1f{q}", d) for q in questions] for d in docs]
+        asked = [f"filter\x1f{cal}\x1f{q}" for q in questions]
+        return [[answer_key(self.loaded.identity, a, d) for a in asked] for d in docs]
 
     def classify_keys(self, question: list[int], labels: list[list[int]], docs: list[list[int]],
                       calibration: str) -> list[bytes]:
         cal = self._calibration(calibration)
         # labels that begin others are scored as stopping there; answers stored before were not
         ends = "\x1fends" if any(a != b and b[:len(a)] == a for a in labels for b in labels) else ""
-        return [answer_key(self.loaded.identity, f"classify\x1f{cal}\x1f{question}\x1f{labels}{ends}", d) for d in docs]
+        asked = f"classify\x1f{cal}\x1f{question}\x1f{labels}{ends}"
+        return [answer_key(self.loaded.identity, asked, d) for d in docs]
 
     @staticmethod
     def known(store: AnswerStore, keys: list[list[bytes]], touch: bool = True) -> list[list[float | None]]:
@@ -214,12 +216,16 @@ class Session:
             stats.merge(probe_stats)
         return result, stats
 
+    def pair_room(self, condition: list[int]) -> int:
+        """The tokens each document of a pair may take: the context after the condition, split evenly."""
+        return (self.context - len(condition)) // 2
+
     def join_keys(self, condition: list[int], anchors: list[list[int]], partners: list[list[int]],
                   calibration: str) -> list[list[bytes]]:
         """The answer store's keys of each pair: a left row, then a right row."""
         cal = self._calibration(calibration)
-        return [[answer_key(self.loaded.identity, f"join\x1f{cal}\x1f{condition}", a + [-1] + p) for p in partners]
-                for a in anchors]
+        asked = f"join\x1f{cal}\x1f{condition}"
+        return [[answer_key(self.loaded.identity, asked, a + [-1] + p) for p in partners] for a in anchors]
 
     def _paired(self, anchors, partners, cond, reuse, retain=None, progress=None,
                 calibration="auto") -> tuple[JoinResult, Stats]:
@@ -238,10 +244,10 @@ class Session:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
         cond = self.layout.pair_question(condition, partner)
-        half = (self.context - len(cond)) // 2  # the context is split evenly between the two documents
-        partners = self.documents(right, lambda texts: self.layout.partners(texts, partner), self.context - half,
-                                  truncate, right_rows, "right row")
-        anchors = self.documents(left, self.layout.documents, half + len(cond), truncate, left_rows, "left row")
+        other = self.context - self.pair_room(cond)  # what follows one document of a pair at most
+        partners = self.documents(right, lambda texts: self.layout.partners(texts, partner), other, truncate,
+                                  right_rows, "right row")
+        anchors = self.documents(left, self.layout.documents, other, truncate, left_rows, "left row")
         result, stats = self._paired(anchors.tokens, partners.tokens, cond, reuse, retain, progress, calibration)
         stats.rows_truncated = anchors.truncated + partners.truncated
         if self.calibrating(calibration):

@@ -45,7 +45,7 @@ def test_the_consumer_finds_what_its_producer_computed_ahead(client, smollm2):
     status = client.wait(job, poll=0.05)
     passed = client.fetch(job).column("passed").to_pylist()
     kept = [(t, i) for i, (t, ok) in enumerate(zip(TEXTS, passed)) if ok]
-    assert status["ahead"] == {"kind": len(kept)} and kept
+    assert status["ahead"]["kind"]["rows"] == len(kept) and kept
     rows = [([t for t, _ in kept], list(range(len(kept))))]  # the classify reads the filter's output
     job2, _ = client.submit(Identity("news", "kind", "run1"), CLASSIFY, p["kind"], Reuse(), rows, plan=p)
     s = client.wait(job2, poll=0.05)["stats"]
@@ -63,3 +63,18 @@ def test_a_job_that_keeps_no_answers_computes_nothing_ahead(client):
     job, _ = client.submit(Identity("news", "sport", "run2"), FILTER, p["sport"], Reuse(answers=False),
                            [(TEXTS, list(range(len(TEXTS))))], plan=p)
     assert client.wait(job, poll=0.05)["ahead"] == {}
+
+
+def test_a_window_larger_than_the_arena_is_computed_in_parts_that_its_consumer_finds_retained(client):
+    """240 documents of about 4 pages each on a 256-page arena: the filter's job computes them in
+    parts of half the retention pool, the classify ahead after each part, on KV still retained."""
+    words = "striker keeper derby rates chip phone final coach penalty market league season".split()
+    texts = [" ".join(words[(i + k) % len(words)] for k in range(30 + i % 7)) + f" {i}" for i in range(240)]
+    spec = OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=0.0)
+    p = plan([spec, CLASSIFY])
+    job, _ = client.submit(Identity("news", "sport", "big"), spec, p["sport"], Reuse(),
+                           [(texts, list(range(len(texts))))], plan=p)
+    ahead = client.wait(job, poll=0.05)["ahead"]["kind"]
+    assert ahead["rows"] == len(texts)
+    assert ahead["document_tokens_computed"] == 0 and ahead["retention"] > 0  # every document's KV was retained
+    assert client.fetch(job).num_rows == len(texts)

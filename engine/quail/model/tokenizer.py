@@ -1,6 +1,7 @@
 """Tokenizers built with the `tokenizers` library, from GGUF metadata or a tokenizer.json,
 and the chat markup the prompts are laid out in."""
 
+import functools
 from dataclasses import dataclass
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
@@ -16,6 +17,7 @@ _LLAMA3 = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 _CONTROL, _USER_DEFINED = 3, 4
+SHORT = 4096  # characters: texts up to this long are kept once encoded (`Tokenizer.encode`)
 
 
 def _pre_tokenizer(pre: str):
@@ -70,7 +72,14 @@ class Tokenizer:
         return self._tk.token_to_id(token)
 
     def encode(self, text: str) -> list[int]:
+        if len(text) <= SHORT:
+            return list(self._short(text))
         return self._tk.encode(text, add_special_tokens=False).ids
+
+    @functools.lru_cache(maxsize=256)
+    def _short(self, text: str) -> tuple[int, ...]:
+        """A question, a label, a heading: encoded again for every window of a run."""
+        return tuple(self._tk.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Many texts at once, in the tokenizers library's threads."""

@@ -34,6 +34,16 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
     return runtime_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
 
 
+def retained_rows(session: Session, docs: list[list[int]], most: int) -> int:
+    """How many rows like `docs` fill half the retention pool (at least 1, at most `most`): a chain's
+    window, so that its consumers find the window's documents still retained."""
+    if not docs:
+        return most
+    page = session.engine.plan.page_size
+    pages = sum(-(-len(d) // page) for d in docs) / len(docs)
+    return max(1, min(most, int(session.engine.pool.capacity / 2 / pages)))
+
+
 def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partners: list[str], truncate: bool):
     kind = kind_of(spec.kind)
     t = kind.tokens(session.layout, spec, docs, partners)

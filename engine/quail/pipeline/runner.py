@@ -20,12 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from quail.atomic import check_writable, same_file, write_text_atomically
-from quail.constants import PAGE_SIZE
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
-from quail.pipeline.compute import compute, predict, predict_escalated
+from quail.pipeline.compute import compute, predict, predict_escalated, retained_rows
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, drive
@@ -96,39 +95,43 @@ class Runner:
                 check_writable(path, f"{where}{word}")
                 claimed[Path(path).resolve()] = f"{where}{word} {path}"
 
-    def predict(self, session: Session, plan: Plan) -> dict[str, Prediction]:
-        """Each operator's predicted accounting over the rows of its source table, window by window
-        (a join's output, not known before it runs, predicts nothing). Refuses first, before any
-        operator runs, a question that leaves documents no room in the context."""
+    def _table_of(self, plan: Plan, name: str) -> str | None:
+        """The table whose rows reach operator or table `name` through filters and classifies; none
+        through a join."""
+        specs = {s.name: s for s in plan.specs}
+        while name in specs and kind_of(specs[name].kind).keeps_rows:
+            name = specs[name].inputs[0]
+        return name if name in self.pipeline.tables else None
+
+    def _texts(self, name: str | None, column: str, rows: int = DEFAULT_WINDOW_ROWS):
+        if name is None:
+            return
+        source = self.source(name)
+        for first, window in source.windows(rows):
+            yield text_column(window, column, source.name, self.on_null, first)[0]
+
+    def _partners(self, plan: Plan) -> dict[str, list[str]]:
+        """Each join's right-side texts, from the table its rows come from."""
+        return {s.name: [t for part in self._texts(self._table_of(plan, s.inputs[1]), s.columns[1]) for t in part]
+                for s in plan.specs if kind_of(s.kind).arity > 1}
+
+    def predict(self, session: Session, plan: Plan, specs: list[OperatorSpec] | None = None) -> dict[str, Prediction]:
+        """Each operator's (of `specs`, by default all) predicted accounting over the rows of its
+        source table, window by window (a join's output, not known before it runs, predicts
+        nothing). Refuses first, before any operator runs, a question that leaves documents no room
+        in the context."""
         for s in plan.specs:
             kind_of(s.kind).check_room(session.layout, s, session.context, f"operator {s.name!r}")
-        specs = {s.name: s for s in plan.specs}
-
-        def table_of(name: str) -> str | None:
-            while name in specs and kind_of(specs[name].kind).keeps_rows:
-                name = specs[name].inputs[0]
-            return name if name in self.pipeline.tables else None
-
-        def texts(name: str | None, column: str, rows: int = DEFAULT_WINDOW_ROWS):
-            if name is None:
-                return
-            source = self.source(name)
-            for first, window in source.windows(rows):
-                yield text_column(window, column, source.name, self.on_null, first)[0]
-
-        partners = {s.name: [t for part in texts(table_of(s.inputs[1]), s.columns[1]) for t in part]
-                    for s in plan.specs if kind_of(s.kind).arity > 1}
+        specs = plan.specs if specs is None else specs
+        partners = self._partners(plan)
         readers: dict[tuple, list[OperatorSpec]] = {}  # the operators reading one column of a table, by window
-        for s in plan.specs:
-            key = (table_of(s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows))
+        for s in specs:
+            key = (self._table_of(plan, s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows))
             readers.setdefault(key, []).append(s)
-        out = {s.name: Prediction() for s in plan.specs}
+        out = {s.name: Prediction() for s in specs}
         for (table, column, rows), group in readers.items():
-            for k, part in enumerate(texts(table, column, rows)):
-                docs = session.layout.documents(part)  # once for all the operators that read it
-                for s in group:
-                    out[s.name].add(predict(session, plan, s, docs, partners.get(s.name, []), truncate=self.truncate,
-                                            probed=k > 0))
+            for k, part in enumerate(self._texts(table, column, rows)):
+                _predict_window(session, plan, group, part, k, partners, self.truncate, out)
         return out
 
     def plan_windows(self, session: Session, plan: Plan, reuse: Reuse) -> list[list[OperatorSpec]]:
@@ -142,23 +145,35 @@ class Runner:
                 source = self.source(group[0].inputs[0])
                 _, sample = next(source.windows(min(self.window_rows, 512)))
                 texts, _ = text_column(sample, group[0].columns[0], source.name, "skip")
-                if texts:
-                    pages = sum(-(-len(d) // PAGE_SIZE) for d in session.layout.documents(texts)) / len(texts)
-                    rows = max(1, min(rows, int(session.engine.pool.capacity / 2 / pages)))
+                rows = retained_rows(session, session.layout.documents(texts), rows)
             self.rows_of.update((s.name, rows) for s in group)
         return groups
 
     def run(self, session: Session, plan: Plan, reuse: Reuse, progress: Callable) -> list[OperatorRun]:
         groups = self.plan_windows(session, plan, reuse)
-        predicted = self.predict(session, plan)
+        # Under a budget every operator is predicted before anything runs, so that one over it is
+        # refused. Otherwise a chain over a table predicts each window just before computing it,
+        # so that the window is read and tokenized once (a rerun's time is mostly that).
+        budgeted = any(b is not None for b in self.budgets.values())
+        as_run = set() if budgeted else {g[0].name for g in groups if g[0].inputs[0] in self.pipeline.tables}
+        predicted = self.predict(session, plan, [s for g in groups if g[0].name not in as_run for s in g])
         for name, p in predicted.items():
             check_budget(name, p, self.budgets.get(name), "max_tokens" if name in self.pipeline.budgets else
                          "--max-tokens")
+        partners = self._partners(plan) if as_run else {}
         runs = []
         with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch:
             for group in groups:
                 targets = {s.name: s.output or os.path.join(scratch, f"{s.name}.parquet") for s in group}
-                done = self._chain(session, group, plan, reuse, progress, targets)
+                if group[0].name in as_run:
+                    predicted |= {s.name: Prediction() for s in group}
+
+                    def predict_window(window: Window, group=group) -> None:
+                        _predict_window(session, plan, group, window.inputs[0][0], window.k, partners, self.truncate,
+                                        predicted)
+                else:
+                    predict_window = None
+                done = self._chain(session, group, plan, reuse, progress, targets, predict_window)
                 for spec in group:
                     self.outputs[spec.name] = targets[spec.name]
                     session.engine.consumed(spec.name)
@@ -172,10 +187,12 @@ class Runner:
         return sorted(runs, key=lambda r: order.index(r.spec.name))
 
     def _chain(self, session: Session, group: list[OperatorSpec], plan: Plan, reuse: Reuse, progress: Callable,
-               targets: dict[str, str]) -> dict[str, tuple[int, Stats, Prediction]]:
+               targets: dict[str, str], predict_window: Callable[[Window], None] | None = None,
+               ) -> dict[str, tuple[int, Stats, Prediction]]:
         """Each operator's rows written, accounting, and predicted share of a cascade's larger model
         (known once each window's answers are). The head reads its table in windows; each consumer
-        is fed its producer's output window as soon as it is written."""
+        is fed its producer's output window as soon as it is written. `predict_window`, if given,
+        sees each of the head's windows before it is computed."""
         head, consumers = group[0], group[1:]
         first, *others = (self.source(name) for name in head.inputs)
         fed = {c.name: Windowed(c, f"operator {c.inputs[0]!r}", [(s.read_all(), s.name) for s in
@@ -204,6 +221,8 @@ class Runner:
                        if s.name in self.pipeline.reviews}
 
             def step(window: Window) -> WindowDone:
+                if predict_window is not None:
+                    predict_window(window)
                 done, written = compute_window(head, window, sinks[head.name])
                 outputs = {head.name: written}
                 for c in consumers:
@@ -226,6 +245,14 @@ class Runner:
             if seen[spec.name][0]:
                 SelectivityStore().record(spec.fingerprint(), *seen[spec.name])
         return {s.name: (sinks[s.name].rows, totals[s.name].stats, totals[s.name].predicted) for s in group}
+
+
+def _predict_window(session: Session, plan: Plan, specs: list[OperatorSpec], texts: list[str], k: int,
+                    partners: dict[str, list[str]], truncate: bool, out: dict[str, Prediction]) -> None:
+    """Adds window `k`'s prediction for each of `specs`, the operators that read its `texts`."""
+    docs = session.layout.documents(texts)  # once for all of them
+    for s in specs:
+        out[s.name].add(predict(session, plan, s, docs, partners.get(s.name, []), truncate=truncate, probed=k > 0))
 
 
 def chains(specs: tuple[OperatorSpec, ...], tables: set[str]) -> list[list[OperatorSpec]]:

@@ -3,6 +3,7 @@ shape them into output rows. Answers are keyed by input row number (`row`, or a 
 `left_row`/`right_row`), which is what the worker sends back; shaping needs the input tables and
 happens where they are."""
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -56,7 +57,9 @@ class KindRuntime:
         """Every document answered from the store, each prompt asked (as a classify's or a join's
         stored answer stands for; a calibration's content-free documents once an earlier window of
         the run has stored them), with the tokens of those prompts."""
-        prompts, _ = self.kind.prompts(self.kind.tokens(session.layout, spec, docs, partners), 1.0)
+        t = self.kind.tokens(session.layout, spec, docs, partners)
+        room = self.kind.document_room(t, session.context)  # a join's right rows, cut as the run cuts them
+        prompts, _ = self.kind.prompts(replace(t, partners=[min(p, room) for p in t.partners]), 1.0)
         return {i: sum(len(d) + extra for _, extra in prompts) for i, d in enumerate(docs)}
 
     def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:

@@ -91,7 +91,8 @@ class Job:
     answers: pa.Table | None = None
     stats: dict | None = None
     predicted: dict | None = None  # the plan's expected accounting of these documents
-    ahead: dict[str, int] = field(default_factory=dict)  # consumer -> rows whose answers it computed ahead
+    # consumer -> rows whose answers it computed ahead, the tokens that took, and those it found retained
+    ahead: dict[str, dict[str, int]] = field(default_factory=dict)
     error: str | None = None
     cancel_requested: bool = False
     docs: list[list[int]] = field(default_factory=list)  # the first input's documents, as the layout renders them

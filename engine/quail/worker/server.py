@@ -28,7 +28,8 @@ from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.runtime import runtime_of
-from quail.pipeline.compute import compute, predict, predict_escalated
+from quail.pipeline.compute import compute, predict, predict_escalated, retained_rows
+from quail.planner.predict import Prediction
 from quail.session import Session
 from quail.trust import owned_file, private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
@@ -80,6 +81,9 @@ def claim_location(location: str) -> Path | None:
     finally:
         probe.close()
     return path
+
+
+AHEAD = ("rows", "tokens_computed", "document_tokens_computed", "retention")  # a consumer computed ahead, reported
 
 
 class Worker(flight.FlightServerBase):
@@ -205,18 +209,32 @@ class Worker(flight.FlightServerBase):
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
                 "cascade_models": sorted(self.session.peers)}
 
-    def _ahead(self, job: Job, answers: pa.Table) -> None:
-        """The DAG's consumers of this window, computed now while its KV is hot (worker/ahead.py)."""
+    def _ahead(self, job: Job, consumers: list, answers: pa.Table, inputs: list) -> None:
+        """The DAG's consumers of these rows, computed now while their KV is hot (worker/ahead.py)."""
         sub = job.submission
-        for c in consumers_ahead(sub.dag_plan, sub.spec):
-            texts, rows = consumer_input(sub.spec, answers, job.inputs)
+        for c in consumers:
+            texts, rows = consumer_input(sub.spec, answers, inputs)
             try:
-                if texts:
-                    compute(self.session, c, sub.dag_plan[c.name], sub.reuse, [(texts, rows)],
-                            scope=sub.identity.scope)
-                job.ahead[c.name] = len(texts)
+                done = compute(self.session, c, sub.dag_plan[c.name], sub.reuse, [(texts, rows)],
+                               scope=sub.identity.scope)[1] if texts else None
+                seen = job.ahead.setdefault(c.name, dict.fromkeys(AHEAD, 0))
+                seen["rows"] += len(texts)
+                if done is not None:
+                    seen["tokens_computed"] += done.tokens_computed
+                    seen["document_tokens_computed"] += done.document_tokens_computed
+                    seen["retention"] += done.tokens_reused["retention"]
             except Exception as e:  # computing ahead only saves work: it never fails the producer's job
                 print(f"quail worker: computing {c.name} ahead failed: {e}", file=sys.stderr, flush=True)
+
+    def _parts(self, job: Job, consumers: list) -> list[tuple[int, int]]:
+        """The job's rows in parts computed one after another: one part, or, where consumers are
+        computed ahead, parts whose documents fill half the retention pool, so that each consumer
+        runs on a part while its KV is in the arena, whatever the window's size. A cascade (its
+        band is chosen on the whole window) and a row limit keep one part."""
+        n, spec = len(job.docs), job.spec
+        rows = n if not consumers or spec.cascade is not None or spec.limit is not None else \
+            retained_rows(self.session, job.docs, n)
+        return [(lo, min(lo + rows, n)) for lo in range(0, max(n, 1), max(rows, 1))]
 
     # the job loop
     def _job(self, job_id: str) -> Job:
@@ -252,19 +270,29 @@ class Worker(flight.FlightServerBase):
             sub = job.submission
             job.tokenized(self.session.layout.documents(job.inputs[0][0]))
             partners = job.inputs[1][0] if len(job.inputs) > 1 else []
+            stored = sub.reuse.answers and self.session.answers is not None
+            ahead = consumers_ahead(sub.dag_plan, sub.spec) if stored else []
+            parts = self._parts(job, ahead)
             # before computing: what the answer store holds now, not what the job adds to it
-            predicted = predict(self.session, sub.dag_plan, sub.spec, job.docs, partners, reached=True,
-                                answers=sub.reuse.answers)
+            predicted = Prediction()
+            for k, (lo, hi) in enumerate(parts):
+                predicted.add(predict(self.session, sub.dag_plan, sub.spec, job.docs[lo:hi], partners, reached=True,
+                                      answers=sub.reuse.answers, probed=k > 0))
             if sub.predict_only:
                 job.predicted, job.state = predicted.rounded(), "done"
                 return
-            answers, stats = compute(self.session, sub.spec, sub.op, sub.reuse, job.inputs, progress=progress,
-                                     scope=sub.identity.scope)
-            predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, job.inputs[0][0],
-                                            stats=stats))
+            tables, stats = [], None
+            for lo, hi in parts:
+                inputs = [(job.inputs[0][0][lo:hi], job.inputs[0][1][lo:hi]), *job.inputs[1:]]
+                answers, done = compute(self.session, sub.spec, sub.op, sub.reuse, inputs, progress=progress,
+                                        scope=sub.identity.scope)
+                predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, inputs[0][0],
+                                                stats=done))
+                self._ahead(job, ahead, answers, inputs)
+                tables.append(answers)
+                stats = done if stats is None else stats.merge(done)
+            answers = pa.concat_tables(tables)
             job.predicted = predicted.rounded()
-            if sub.reuse.answers and self.session.answers is not None:
-                self._ahead(job, answers)
             if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)

@@ -178,7 +178,8 @@ class BaseLLMOperator(BaseOperator):
                                          self.target))
         for consumer, seen in ahead.items():
             self.log.info("computed the answers of %s ahead for %d rows, into the answer store: %d tokens computed, "
-                          "%d reused from retention", consumer, seen["rows"], seen["tokens_computed"], seen["retention"])
+                          "%d reused from retention", consumer, seen["rows"], seen["tokens_computed"],
+                          seen["retention"])
         if done.stats.tokens_reused.get("answers"):
             self.log.info("found %d tokens' worth of answers in the answer store", done.stats.tokens_reused["answers"])
         return {"target": self.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,

@@ -9,7 +9,7 @@ DAG object) plans from its DAG when it runs. `plan_quail_dag(dag)` at the end of
 the same explicitly."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from quail.planner.plan import OperatorPlan, Plan, plan
 
@@ -35,7 +35,7 @@ def dag_plan(dag) -> Plan | None:
     for op in ops:
         spec = op.spec()
         linked = tuple(producer.get(i, i) if producer.get(i) != op.task_id else i for i in spec.inputs)
-        specs.append(spec.__class__(**{**spec.to_dict(), "inputs": linked}))
+        specs.append(replace(spec, inputs=linked))
     return plan(specs).uncertain({t for t, op in planned.items() if not _certain(dag.get_task(t), op)})
 
 

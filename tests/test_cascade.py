@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quail.runtime.cascade import cascade_filter
+from quail.runtime.cascade import cascade_classify, cascade_filter, cascade_join
 from quail.cli.main import _describe_worker, main
 from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
@@ -196,7 +196,8 @@ def test_bad_band_input_is_a_clear_error(news, capsys, argv, match):
 
 def test_a_cascade_on_another_kind_or_a_malformed_one_is_refused(tmp_path, news, capsys):
     for body, match in [("  - {name: kind, classify: {input: news, column: text, labels: [a, b], "
-                         "cascade: {model: smollm2-135m, band: [0.1, 0.9]}}}", "unknown classify keys ['cascade']"),
+                         "cascade: {model: smollm2-135m, target: {precision: 0.9}}}}",
+                         "cascade target 'precision': a classify's is one of accuracy"),
                         ("  - {name: sport, filter: {input: news, column: text, predicates: [x], "
                          "cascade: {model: smollm2-135m}}}", "'cascade' must be {model: NAME, band: [LOW, HIGH]}")]:
         path = tmp_path / "p.yaml"
@@ -204,8 +205,8 @@ def test_a_cascade_on_another_kind_or_a_malformed_one_is_refused(tmp_path, news,
         refused(capsys, "explain", path, says=match)
     # a submission to the worker carries a spec, not a pipeline file: the kind refuses it there
     spec = OperatorSpec("kind", "classify", ("news",), ("text",), ("?",), ("a", "b"),
-                        cascade=Cascade("smollm2-135m", 0.1, 0.9))
-    with pytest.raises(QuailError, match="a cascade is for a filter"):
+                        cascade=Cascade("smollm2-135m", metric="recall", target=0.9))
+    with pytest.raises(QuailError, match="a classify's is one of accuracy"):
         KINDS["classify"].validate(spec, "operator 'kind'")
 
 
@@ -264,3 +265,99 @@ def test_an_operator_stages_and_writes_the_rows_inside_the_band_for_review(sessi
     with pytest.raises(AirflowException, match="review_output takes the rows inside a cascade's band"):
         LLMFilterOperator(task_id="f", source=str(news), text_column="text", predicates=[Q], target=str(out),
                           review_output=str(review))
+
+
+LABELS = ["sport", "money", "weather"]
+
+
+def test_a_classify_cascade_labels_each_row_as_its_model_alone(sessions):
+    """The rows whose top label's probability lies inside [0, high] take the larger model's labels and
+    probabilities, the rest keep the small model's; reuse changes none."""
+    small, large = sessions
+    alone = {s.loaded.name: s.classify(TEXTS, LABELS, "What is it about?")[0] for s in (small, large)}
+    top = sorted(max(p) for p in alone[small.loaded.name].probabilities)
+    band = Cascade("smollm2-135m", 0.0, (top[len(top) // 2 - 1] + top[len(top) // 2]) / 2)  # half the rows
+    runs = [cascade_classify(small, band, TEXTS, LABELS, "What is it about?", (), reuse) for reuse in (True, False)]
+    for result, escalated, stats in runs:
+        assert sum(escalated) == len(TEXTS) // 2
+        for i, took in enumerate(escalated):
+            own = alone[large.loaded.name if took else small.loaded.name]
+            assert result.labels[i] == own.labels[i]
+            assert all(abs(a - b) < 1e-4 for a, b in zip(result.probabilities[i], own.probabilities[i], strict=True))
+            assert took == (max(alone[small.loaded.name].probabilities[i]) <= band.high)
+        stats.check()
+        assert stats.by_model[large.loaded.name]["rows"] == sum(escalated)
+    assert runs[0][1] == runs[1][1]
+
+
+def test_a_classify_target_chooses_its_band_on_the_first_window(tiny_model_dir, news, tmp_path):
+    """An accuracy target: the larger model labels a sample of the first window, the guarantee is
+    recorded, the later window keeps the band, and the rows equal a cascade given that band by hand;
+    the review table holds exactly the rows the larger model labelled."""
+    out, stats, again, review = (tmp_path / f"{n}.parquet" for n in ("out", "stats", "again", "review"))
+    common = ["classify", news, "--text-column", "text", *(x for label in LABELS for x in ("--label", label)),
+              "--model", tiny_model_dir, "--cascade", "smollm2-135m", "--window-rows", "6", "--no-answer-store"]
+    assert _cli(*common, "--cascade-target", "accuracy=0.6", "--cascade-sample", "6", "--output", out,
+                "--stats", stats, "--review-output", review) == 0
+    s = json.loads(stats.read_text())
+    g = s["guarantee"]
+    assert (g["metric"], g["target"], g["sample"], g["low"]) == ("accuracy", 0.6, 6, 0.0)
+    assert s["by_model"]["smollm2-135m (choosing the band)"]["rows"] == 6  # the first window only
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+    assert s["predicted"]["tokens_computed"] == s["tokens_computed"]
+    assert _cli(*common, "--cascade-band", g["low"], g["high"], "--output", again) == 0
+    a, b = pq.read_table(out).to_pylist(), pq.read_table(again).to_pylist()
+    assert [r["cascaded"] for r in a] == [r["cascaded"] for r in b]
+    assert [r["label"] for r in a] == [r["label"] for r in b]
+    assert pq.read_table(review).to_pylist() == [r for r in a if r["cascaded"]]
+    assert s["by_model"].get("smollm2-135m", {}).get("rows", 0) == sum(r["cascaded"] for r in a)
+
+
+def test_a_join_cascade_answers_each_pair_as_its_model_alone(sessions):
+    small, large = sessions
+    left, right = TEXTS[:5], ["sport", "money", "weather", "politics"]
+    cond = "The document is about the topic."
+    alone = {s.loaded.name: s.join(left, right, cond)[0] for s in (small, large)}
+    p = sorted(x for row in alone[small.loaded.name].p_yes for x in row)
+    band = Cascade("smollm2-135m", (p[4] + p[5]) / 2, (p[14] + p[15]) / 2)  # 10 of the 20 pairs
+    result, escalated, stats = cascade_join(small, band, left, right, cond, 0.5)
+    assert len(escalated) == 10
+    for i in range(len(left)):
+        for j in range(len(right)):
+            own = alone[large.loaded.name if (i, j) in escalated else small.loaded.name]
+            assert abs(result.p_yes[i][j] - own.p_yes[i][j]) < 1e-4
+    stats.check()
+    assert stats.by_model[large.loaded.name]["rows"] == len({i for i, _ in escalated})
+
+
+def test_a_join_target_chooses_its_band_and_the_review_holds_every_pair_sent_on(sessions, tiny_model_dir, news,
+                                                                               tmp_path):
+    right = tmp_path / "topics.parquet"
+    pq.write_table(pa.table({"topic": ["sport", "money", "weather"]}), right)
+    out, stats, review = tmp_path / "out.parquet", tmp_path / "stats.json", tmp_path / "review.parquet"
+    assert _cli("join", news, right, "--left-column", "text", "--right-column", "topic", "--condition",
+                "The document is about the topic.", "--threshold", "0.1", "--model", tiny_model_dir,
+                "--cascade", "smollm2-135m", "--cascade-target", "accuracy=0.6", "--cascade-sample", "20",
+                "--output", out, "--stats", stats, "--review-output", review) == 0
+    s = json.loads(stats.read_text())
+    assert (s["guarantee"]["metric"], s["guarantee"]["sample"]) == ("accuracy", 20)
+    assert s["by_model"]["smollm2-135m (choosing the band)"]["rows"] == 20  # pairs
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+    matched, sent = pq.read_table(out).to_pylist(), pq.read_table(review).to_pylist()
+    low, high = s["guarantee"]["low"], s["guarantee"]["high"]
+    assert all(r["p_yes"] >= 0.1 and r["rank"] >= 1 for r in matched)
+    assert [r for r in sent if r["rank"] is not None] == [r for r in matched if r["cascaded"]]
+    assert all(not low <= r["p_yes"] <= high for r in matched if not r["cascaded"])  # the small model's, sure
+    # a band by hand about the median pair: some pairs sent on match, some do not and are reviewed unranked
+    small, _ = sessions
+    p = sorted(x for row in small.join(TEXTS, ["sport", "money", "weather"], "The document is about the topic.",
+                                       partner="topic")[0].p_yes for x in row)
+    band = [(p[17] + p[18]) / 2, 1.0]
+    assert _cli("join", news, right, "--left-column", "text", "--right-column", "topic", "--condition",
+                "The document is about the topic.", "--threshold", "0.3", "--model", tiny_model_dir,
+                "--cascade", "smollm2-135m", "--cascade-band", *band, "--output", out, "--review-output", review) == 0
+    matched, sent = pq.read_table(out).to_pylist(), pq.read_table(review).to_pylist()
+    assert len(sent) == 18 and all(r["cascaded"] for r in sent)
+    assert [r for r in sent if r["rank"] is not None] == [r for r in matched if r["cascaded"]]
+    assert all(r["p_yes"] < 0.3 for r in sent if r["rank"] is None)  # the larger model said no
+    assert sum(not r["cascaded"] for r in matched) == sum(x >= 0.3 for x in p[:18])

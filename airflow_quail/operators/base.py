@@ -20,6 +20,7 @@ from airflow_quail.planning import dag_plan
 from airflow_quail.staging import WindowStage
 from quail.errors import QuailError
 from quail.executor.stats import Stats
+from quail.kinds.settings import Settings
 from quail.pipeline.explain import describe_run
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.windows import (OperatorDone, Window, WindowDone, check_budget, check_max_tokens,
@@ -74,19 +75,34 @@ class BaseLLMOperator(BaseOperator):
     :param calibration: "contextual" divides out each question's answer on content-free documents
         (Zhao et al., 2021); "none" keeps the model's raw probabilities; "auto", the default, is the
         one measured best for the worker's model (contextual for qwen2.5-coder-1.5b)
+    :param cascade: ``{"model": NAME, "band": [LOW, HIGH]}``: the rows (a join's pairs) whose
+        probability lies inside the band are answered again by this larger model, in the same worker;
+        or ``{"model": NAME, "target": {"precision": 0.95}, "delta": 0.05}``: the band is chosen in the
+        run, on the first window, for that target (README, "A cascade with a guarantee")
+    :param review_output: with a cascade, where the rows inside its band go, with every column and
+        probability, for a person to review: a path or URI, or sql://CONN_ID/TABLE (templated)
 
     The target is an outlet Asset and the inputs inlets (airflow_quail.lineage.asset_uri) unless
     `outlets`/`inlets` are given.
     """
 
     ui_color = "#f2e6c9"
-    review_output: str | None = None  # a cascade's rows inside its band go there (LLMFilterOperator)
+    settings: type[Settings]  # the kind's settings, which check what the operator is given
 
     def __init__(self, *, target: str, quail_conn_id: str = QuailHook.default_conn_name, reuse: bool = True,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, calibration: str = "auto",
-                 ahead: bool | None = None, max_tokens: int | None = None, **kwargs):
+                 ahead: bool | None = None, max_tokens: int | None = None, cascade: dict | None = None,
+                 review_output: str | None = None, **kwargs):
         super().__init__(**kwargs)
+        try:
+            self.cascade = self.settings.check_one("cascade", cascade, f"task {self.task_id!r}")
+        except QuailError as e:
+            raise AirflowException(str(e)) from None
+        if review_output is not None and self.cascade is None:
+            raise AirflowException(f"task {self.task_id!r}: review_output takes the rows inside a cascade's band; "
+                                   f"give the operator a cascade")
+        self.review_output = review_output
         self.target = target
         self.deferrable = deferrable
         self.quail_conn_id = quail_conn_id

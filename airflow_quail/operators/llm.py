@@ -3,10 +3,7 @@ is BaseLLMOperator's."""
 
 from collections.abc import Sequence
 
-from airflow.exceptions import AirflowException
-
 from airflow_quail.operators.base import BaseLLMOperator
-from quail.errors import QuailError
 from quail.kinds.classify import ClassifySettings
 from quail.kinds.filter import FilterSettings
 from quail.kinds.join import JoinSettings
@@ -22,29 +19,19 @@ class LLMFilterOperator(BaseLLMOperator):
     :param predicates: yes/no questions (templated)
     :param limit: the first N passing rows, in input order; computing stops after them
     :param threshold: P(yes) at or above which a predicate holds
-    :param cascade: ``{"model": NAME, "band": [LOW, HIGH]}``: the rows whose P(yes) lies inside the band
-        are answered again by this larger model, in the same worker (``quail band`` chooses the band);
-        or ``{"model": NAME, "target": {"precision": 0.95}, "delta": 0.05}``: the band is chosen in the
-        run, on the first window, for that target (README, "A cascade with a guarantee")
-    :param review_output: with a cascade, where the rows inside its band go, with every column and
-        probability, for a person to review: a path or URI, or sql://CONN_ID/TABLE (templated)
+    :param cascade: as BaseLLMOperator's, on each predicate's P(yes); its target is precision, recall
+        or accuracy
     """
 
     template_fields: Sequence[str] = ("source", "target", "predicates", "review_output", "quail_plan")
     template_fields_renderers = {"quail_plan": "json", "predicates": "json"}
+    settings = FilterSettings
 
     def __init__(self, *, source: str, text_column: str, predicates: list[str], limit: int | None = None,
-                 threshold: float = 0.5, cascade: dict | None = None, review_output: str | None = None, **kwargs):
+                 threshold: float = 0.5, **kwargs):
         super().__init__(**kwargs)
         self.source, self.text_column, self.predicates = source, text_column, predicates
-        self.limit, self.threshold, self.review_output = limit, threshold, review_output
-        try:
-            self.cascade = FilterSettings.check_one("cascade", cascade, f"task {self.task_id!r}")
-        except QuailError as e:
-            raise AirflowException(str(e)) from None
-        if review_output is not None and self.cascade is None:
-            raise AirflowException(f"task {self.task_id!r}: review_output takes the rows inside a cascade's band; "
-                                   f"give the operator a cascade")
+        self.limit, self.threshold = limit, threshold
         self._declare_assets(kwargs)
 
     def inputs(self):
@@ -67,10 +54,13 @@ class LLMClassifyOperator(BaseLLMOperator):
     :param question: the question the labels answer (templated)
     :param top_k: 2 or more: also the K best labels (`label_2`, ...) with their probabilities
         (`p_label`, `p_label_2`, ...)
+    :param cascade: as BaseLLMOperator's, on the top label's probability: ``"band": [0, 0.8]`` sends
+        the rows labelled with 0.8 or less to the larger model; its target is accuracy
     """
 
-    template_fields: Sequence[str] = ("source", "target", "labels", "question", "quail_plan")
+    template_fields: Sequence[str] = ("source", "target", "labels", "question", "review_output", "quail_plan")
     template_fields_renderers = {"quail_plan": "json", "labels": "json"}
+    settings = ClassifySettings
 
     def __init__(self, *, source: str, text_column: str, labels: list[str] | dict[str, str],
                  question: str | None = None, top_k: int | None = None, **kwargs):
@@ -85,7 +75,7 @@ class LLMClassifyOperator(BaseLLMOperator):
     def spec(self):
         return ClassifySettings.parse({"input": self.source, "column": self.text_column, "labels": self.labels,
                                        "question": self.question, "top_k": self.top_k,
-                                       "calibration": self.calibration},
+                                       "calibration": self.calibration, "cascade": self.cascade},
                                       f"task {self.task_id!r}").spec(self.task_id, self.target)
 
 
@@ -105,10 +95,13 @@ class LLMJoinOperator(BaseLLMOperator):
     :param threshold: P(yes) at or above which a pair matches
     :param top_k: each left row's K right rows of highest P(yes) (at least the threshold); every
         pair gets its `rank` within its left row
+    :param cascade: as BaseLLMOperator's, on each pair's P(yes); its target is precision, recall or
+        accuracy, over pairs
     """
 
-    template_fields: Sequence[str] = ("left", "right", "target", "condition", "quail_plan")
+    template_fields: Sequence[str] = ("left", "right", "target", "condition", "review_output", "quail_plan")
     template_fields_renderers = {"quail_plan": "json"}
+    settings = JoinSettings
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
                  right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None, **kwargs):
@@ -124,6 +117,6 @@ class LLMJoinOperator(BaseLLMOperator):
         return JoinSettings.parse({"left": self.left, "right": self.right, "left_column": self.left_column,
                                    "right_column": self.right_column, "condition": self.condition,
                                    "right_name": self.right_name, "threshold": self.threshold, "top_k": self.top_k,
-                                   "calibration": self.calibration}, f"task {self.task_id!r}").spec(self.task_id,
+                                   "calibration": self.calibration, "cascade": self.cascade}, f"task {self.task_id!r}").spec(self.task_id,
                                                                                                    self.target)
 

@@ -95,3 +95,22 @@ def test_a_consumer_that_might_not_run_is_not_computed_ahead(tmp_path):
     assert build(trigger_rule="all_done") == (False, [])
     assert build(branch=True) == (False, [])
     assert build(branch=True, ahead=True) == (True, ["topic"])
+
+
+def test_a_dag_whose_operators_cascade_is_planned_with_their_cascades():
+    """A cascade (a nested setting) stays one when the planning links a DAG's operators."""
+    import pendulum
+    from airflow.sdk import DAG
+
+    from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
+    from airflow_quail.planning import dag_plan
+    from quail.planner.specs import Cascade
+
+    with DAG("cascades", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+        kept = LLMFilterOperator(task_id="kept", source="/tmp/in.parquet", text_column="text", predicates=["Q?"],
+                                 target="/tmp/kept.parquet", cascade={"model": "big", "band": [0.2, 0.8]})
+        LLMClassifyOperator(task_id="topic", source=kept.target, text_column="text", labels=["a", "b"],
+                            target="/tmp/topic.parquet", cascade={"model": "big", "target": {"accuracy": 0.9}})
+    specs = {s.name: s for s in dag_plan(dag).specs}
+    assert specs["kept"].cascade == Cascade("big", 0.2, 0.8)
+    assert specs["topic"].cascade == Cascade("big", metric="accuracy", target=0.9) and specs["topic"].inputs == ("kept",)

@@ -75,5 +75,5 @@ def test_a_cascade_target_instead_of_a_band():
             FilterSettings.check_one("cascade", body, "t")
     spec = KINDS["filter"].from_settings("f", {"input": "t", "column": "text", "predicates": "Q?",
                                                "cascade": {"model": "m", "target": {"f1": 0.9}}}, None)
-    with pytest.raises(QuailError, match="cascade target 'f1' is not one of accuracy, precision, recall"):
+    with pytest.raises(QuailError, match="cascade target 'f1': a filter's is one of accuracy, precision, recall"):
         KINDS["filter"].validate(spec, "operator 'f'")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from quail.planner.guarantee import answer, choose, upper_bound
+from quail.planner.guarantee import answer, choose, choose_labels, upper_bound
 
 
 def test_the_clopper_pearson_bound_is_exact():
@@ -60,3 +60,19 @@ def test_with_too_few_labels_every_row_goes_to_the_larger_model():
     assert (band.low, band.high, band.tested, band.bound) == (0.0, 1.0, 0, None)
     assert "no threshold passed" in band.describe()
 
+
+
+def test_over_20_splits_a_classify_meets_its_accuracy_target_in_at_least_1_minus_delta_of_them():
+    """A small model whose top label's probability is the chance that the larger model agrees with it."""
+    rng, delta, target, met, saved = random.Random(28), 0.05, 0.9, 0, []
+    for _ in range(20):
+        confidence = [0.2 + 0.8 * rng.random() for _ in range(4000)]
+        right = [rng.random() < c for c in confidence]
+        sample = rng.sample(range(4000), 400)
+        rest = sorted(set(range(4000)) - set(sample))
+        band = choose_labels(target, delta, [confidence[i] for i in sample], [right[i] for i in sample])
+        answered = [i for i in rest if not band.low <= confidence[i] <= band.high]  # the rest: the larger model's
+        met += len(rest) - sum(not right[i] for i in answered) >= target * len(rest)
+        saved.append(len(answered) / len(rest))
+    assert met >= (1 - delta) * 20
+    assert min(saved) > 0.2

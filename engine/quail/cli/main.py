@@ -90,6 +90,18 @@ def _single_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--output", help="output Parquet file (written atomically); required unless --explain")
     p.add_argument("--stats", help="write the token accounting to this JSON file")
+    p.add_argument("--cascade", metavar="MODEL", help="a larger model for the rows (a join's pairs) the model is "
+                                                      "unsure of: inside --cascade-band, or a band chosen for "
+                                                      "--cascade-target")
+    p.add_argument("--cascade-band", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                   help="the band, by hand, on P(yes) (a classify: on its top label's probability; `quail band` "
+                        "helps choose a filter's)")
+    p.add_argument("--cascade-target", metavar="METRIC=T",
+                   help="precision=T, recall=T or accuracy=T (a classify: accuracy) against the larger model, with "
+                        "probability at least 1 - --cascade-delta: the band is chosen on a sample of the first window")
+    p.add_argument("--cascade-delta", type=float, default=0.05, help="the chance the target is missed")
+    p.add_argument("--cascade-sample", type=int, default=400,
+                   help="rows (a join: pairs) of the first window the larger model labels to choose the band")
     p.add_argument("--review-output", help="with a cascade: write the rows inside its band (the larger model "
                                            "answered them), with their probabilities, to this Parquet file")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"{', '.join(EMBEDDED)}, a .gguf file or a HF directory")

@@ -78,9 +78,28 @@ class OperatorKind:
         if spec.top_k is not None:
             raise QuailError(f"{where}: top_k is for a join (the best K right rows of each left row)")
 
+    cascade_metrics: tuple[str, ...] = ()  # the targets a cascade's band can be chosen for; none: no cascade
+
     def check_cascade(self, spec: OperatorSpec, where: str) -> None:
-        if spec.cascade is not None:
-            raise QuailError(f"{where}: a cascade is for a filter (its unsure rows go to a larger model)")
+        c = spec.cascade
+        if c is None:
+            return
+        if not self.cascade_metrics:
+            raise QuailError(f"{where}: a {self.name} takes no cascade")
+        if not c.model.strip():
+            raise QuailError(f"{where}: cascade: name the larger model")
+        if c.target is not None:
+            if c.metric not in self.cascade_metrics:
+                raise QuailError(f"{where}: cascade target {c.metric!r}: a {self.name}'s is one of "
+                                 f"{', '.join(self.cascade_metrics)}")
+            if not 0.0 < c.target < 1.0 or not 0.0 < c.delta < 1.0:
+                raise QuailError(f"{where}: cascade target {c.target} and delta {c.delta} must each lie in (0, 1)")
+            if c.sample < 1:
+                raise QuailError(f"{where}: cascade sample must be at least 1 row, got {c.sample}")
+        if (c.low is None) != (c.high is None) or (c.low is None and c.target is None):
+            raise QuailError(f"{where}: cascade: give a band or a target")
+        if c.low is not None and not 0.0 <= c.low <= c.high <= 1.0:
+            raise QuailError(f"{where}: cascade band [{c.low}, {c.high}] must be LOW <= HIGH within [0, 1]")
 
     # predicting it
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:

@@ -7,7 +7,7 @@ from pydantic import BeforeValidator
 
 from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
-from quail.kinds.settings import Calibration, Count, Name, Settings, Text
+from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Settings, Text, cascade_from_args
 from quail.kinds.words import DEFAULT_QUESTION
 from quail.planner.specs import OperatorSpec
 
@@ -44,11 +44,13 @@ class ClassifySettings(Settings):
     question: Text = None  # DEFAULT_QUESTION when none is given
     top_k: Count = None  # 2 or more: the K best labels and their probabilities too
     calibration: Calibration = "auto"
+    cascade: CascadeSetting = None  # on the top label's probability
 
     def spec(self, name, output):
         labels, descriptions = self.labels
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.question or DEFAULT_QUESTION,),
-                            labels, descriptions, top_k=self.top_k, calibration=self.calibration, output=output)
+                            labels, descriptions, top_k=self.top_k, calibration=self.calibration,
+                            cascade=self.cascade, output=output)
 
 
 class Classify(OperatorKind):
@@ -56,6 +58,7 @@ class Classify(OperatorKind):
     summary = "label each row with one of the given labels"
     settings = ClassifySettings
     prompt_word = "question with its labels"
+    cascade_metrics = ("accuracy",)  # a row is right or wrong: its label is the larger model's or not
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -85,7 +88,8 @@ class Classify(OperatorKind):
         labels = {name: d for name, _, d in pairs} if all(described) else names
         settings = ClassifySettings.parse({"input": "input", "column": args.text_column, "labels": labels,
                                            "question": args.question, "top_k": args.top_k,
-                                           "calibration": args.calibration}, "classify")
+                                           "calibration": args.calibration, "cascade": cascade_from_args(args)},
+                                          "classify")
         return {"input": args.input}, settings.spec("classify", args.output)
 
     def validate(self, spec, where):

@@ -6,9 +6,10 @@ import argparse
 from typing import ClassVar
 
 from quail.errors import QuailError
-from quail.planner.guarantee import METRICS
 from quail.kinds.base import OperatorKind, OperatorTokens
-from quail.kinds.settings import Calibration, CascadeSetting, Count, Flag, Name, Number, Settings, Texts
+from quail.kinds.settings import (Calibration, CascadeSetting, Count, Flag, Name, Number, Settings, Texts,
+                                  cascade_from_args)
+from quail.planner.guarantee import METRICS
 from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
 
@@ -36,6 +37,7 @@ class Filter(OperatorKind):
     narrows = True
     settings = FilterSettings
     question_word = "predicate"
+    cascade_metrics = METRICS
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -44,16 +46,6 @@ class Filter(OperatorKind):
         p.add_argument("--keep-all", action="store_true", help="keep every row, adding passed and p_yes_1..k")
         p.add_argument("--limit", type=int, help="the first N passing rows, in input order")
         p.add_argument("--threshold", type=float, default=0.5)
-        p.add_argument("--cascade", metavar="MODEL", help="a larger model for the rows whose P(yes) lies inside "
-                                                          "--cascade-band, or a band chosen for --cascade-target")
-        p.add_argument("--cascade-band", type=float, nargs=2, metavar=("LOW", "HIGH"),
-                       help="the band, by hand (`quail band` helps choose it)")
-        p.add_argument("--cascade-target", metavar="METRIC=T",
-                       help="precision=T, recall=T or accuracy=T against the larger model, with probability at "
-                            "least 1 - --cascade-delta: the band is chosen on a sample of the first window")
-        p.add_argument("--cascade-delta", type=float, default=0.05, help="the chance the target is missed")
-        p.add_argument("--cascade-sample", type=int, default=400,
-                       help="rows of the first window the larger model labels to choose the band")
 
     def from_args(self, args: argparse.Namespace):
         if not args.predicate:
@@ -63,43 +55,11 @@ class Filter(OperatorKind):
                 raise QuailError(f"--predicate {i} is empty")
         if args.limit is not None and args.limit < 1:
             raise QuailError(f"--limit must be at least 1, got {args.limit}")
-        if (args.cascade is None) != (args.cascade_band is None and args.cascade_target is None) \
-                or (args.cascade_band is not None and args.cascade_target is not None):
-            raise QuailError("--cascade MODEL goes with one of --cascade-band LOW HIGH and --cascade-target METRIC=T")
-        cascade = None
-        if args.cascade_band is not None:
-            cascade = {"model": args.cascade, "band": args.cascade_band}
-        elif args.cascade_target is not None:
-            metric, eq, value = args.cascade_target.partition("=")
-            try:
-                target = {metric: float(value)}
-            except ValueError:
-                raise QuailError(f"--cascade-target must be METRIC=T, got {args.cascade_target!r}") from None
-            if not eq:
-                raise QuailError(f"--cascade-target must be METRIC=T, got {args.cascade_target!r}")
-            cascade = {"model": args.cascade, "target": target, "delta": args.cascade_delta,
-                       "sample": args.cascade_sample}
         settings = FilterSettings.parse({"input": "input", "column": args.text_column, "predicates": args.predicate,
                                          "threshold": args.threshold, "limit": args.limit, "keep_all": args.keep_all,
-                                         "calibration": args.calibration, "cascade": cascade}, "filter")
+                                         "calibration": args.calibration, "cascade": cascade_from_args(args)},
+                                        "filter")
         return {"input": args.input}, settings.spec("filter", args.output)
-
-    def check_cascade(self, spec, where):
-        c = spec.cascade
-        if c is not None:
-            if not c.model.strip():
-                raise QuailError(f"{where}: cascade: name the larger model")
-            if c.target is not None:
-                if c.metric not in METRICS:
-                    raise QuailError(f"{where}: cascade target {c.metric!r} is not one of {', '.join(METRICS)}")
-                if not 0.0 < c.target < 1.0 or not 0.0 < c.delta < 1.0:
-                    raise QuailError(f"{where}: cascade target {c.target} and delta {c.delta} must each lie in (0, 1)")
-                if c.sample < 1:
-                    raise QuailError(f"{where}: cascade sample must be at least 1 row, got {c.sample}")
-            if (c.low is None) != (c.high is None) or (c.low is None and c.target is None):
-                raise QuailError(f"{where}: cascade: give a band or a target")
-            if c.low is not None and not 0.0 <= c.low <= c.high <= 1.0:
-                raise QuailError(f"{where}: cascade band [{c.low}, {c.high}] must be LOW <= HIGH within [0, 1]")
 
     def check_limit(self, spec, where):
         if spec.limit is not None and spec.limit < 1:

@@ -6,8 +6,10 @@ from typing import ClassVar
 
 from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
-from quail.kinds.settings import Calibration, Count, Name, Number, Settings, Texts
+from quail.kinds.settings import (Calibration, CascadeSetting, Count, Name, Number, Settings, Texts,
+                                  cascade_from_args)
 from quail.kinds.words import ANCHOR, partner_name
+from quail.planner.guarantee import METRICS
 from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
 
@@ -28,11 +30,12 @@ class JoinSettings(Settings):
     threshold: Number = 0.5
     top_k: Count = None
     calibration: Calibration = "auto"
+    cascade: CascadeSetting = None  # on each pair's P(yes)
 
     def spec(self, name, output):
         return OperatorSpec(name, self.kind, (self.left, self.right), (self.left_column, self.right_column),
                             self.condition, threshold=self.threshold, top_k=self.top_k, right_name=self.right_name,
-                            calibration=self.calibration, output=output)
+                            calibration=self.calibration, cascade=self.cascade, output=output)
 
 
 class Join(OperatorKind):
@@ -43,6 +46,7 @@ class Join(OperatorKind):
     anchor = "left_row"
     settings = JoinSettings
     question_word = "condition"
+    cascade_metrics = METRICS  # over pairs
 
     def add_arguments(self, p):
         p.add_argument("left")
@@ -62,7 +66,7 @@ class Join(OperatorKind):
         settings = JoinSettings.parse({"left": "left", "right": "right", "left_column": args.left_column,
                                        "right_column": args.right_column, "right_name": args.right_name,
                                        "condition": args.condition, "threshold": args.threshold, "top_k": args.top_k,
-                                       "calibration": args.calibration}, "join")
+                                       "calibration": args.calibration, "cascade": cascade_from_args(args)}, "join")
         return {"left": args.left, "right": args.right}, settings.spec("join", args.output)
 
     def validate(self, spec, where):

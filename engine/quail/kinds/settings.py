@@ -105,6 +105,25 @@ def _cascade(value, info: ValidationInfo) -> Cascade | None:
     return Cascade(str(model), metric=str(metric), target=float(t), delta=float(delta), sample=sample)
 
 
+def cascade_from_args(args) -> dict | None:
+    """The cascade setting from the CLI's --cascade options (cli/main.py), as a pipeline file gives it."""
+    if (args.cascade is None) != (args.cascade_band is None and args.cascade_target is None) \
+            or (args.cascade_band is not None and args.cascade_target is not None):
+        raise QuailError("--cascade MODEL goes with one of --cascade-band LOW HIGH and --cascade-target METRIC=T")
+    if args.cascade_band is not None:
+        return {"model": args.cascade, "band": args.cascade_band}
+    if args.cascade_target is None:
+        return None
+    metric, eq, value = args.cascade_target.partition("=")
+    try:
+        target = {metric: float(value)}
+    except ValueError:
+        target = None
+    if not eq or target is None:
+        raise QuailError(f"--cascade-target must be METRIC=T, got {args.cascade_target!r}")
+    return {"model": args.cascade, "target": target, "delta": args.cascade_delta, "sample": args.cascade_sample}
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 

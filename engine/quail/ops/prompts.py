@@ -63,10 +63,13 @@ class PromptLayout:
         return self.documents([text])[0]
 
     def documents(self, texts: list[str]) -> list[list[int]]:
-        """The texts rendered as documents. The last call's are kept, so that the operators of a
+        """The texts rendered as documents. The last call's are kept (or an earlier call's, while
+        later calls ask only texts it holds: the parts of a window), so that the operators of a
         chain, and a window's prediction and its run, tokenize a window once (memory: one window)."""
         last = self._last
         todo = [t for t in dict.fromkeys(texts) if t not in last]
+        if not todo:
+            return [last[t] for t in texts]
         done = {t: self.preamble + ids for t, ids in zip(todo, self.tok.encode_batch(_headed(ANCHOR, todo)))}
         done.update((t, last[t]) for t in texts if t in last)
         self._last = done  # replaced whole: threads sharing the layout never see it half-made

@@ -34,14 +34,24 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
     return runtime_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
 
 
-def retained_rows(session: Session, docs: list[list[int]], most: int) -> int:
-    """How many rows like `docs` fill half the retention pool (at least 1, at most `most`): a chain's
-    window, so that its consumers find the window's documents still retained."""
-    if not docs:
-        return most
-    page = session.engine.plan.page_size
-    pages = sum(-(-len(d) // page) for d in docs) / len(docs)
-    return max(1, min(most, int(session.engine.pool.capacity / 2 / pages)))
+def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], answers: bool = True) -> list[tuple[int, int]]:
+    """These documents cut into parts (index ranges, in order) where the ones `spec` will compute
+    fill half the retention pool: a part's KV is then still retained when its consumers run on
+    it. The documents answered from the answer store (`answers`: the run uses it) are not computed
+    and take no room, so a rerun whose answers are stored runs in one part."""
+    stored = runtime_of(spec.kind).stored(session, spec, docs, [], False) \
+        if answers and session.answers is not None else {}
+    room, page = session.engine.pool.capacity / 2, session.engine.plan.page_size
+    cuts, lo, pages = [], 0, 0
+    for i, doc in enumerate(docs):
+        if i in stored:
+            continue
+        need = -(-len(doc) // page)
+        if pages and pages + need > room:
+            cuts.append((lo, i))
+            lo, pages = i, 0
+        pages += need
+    return cuts + [(lo, len(docs))]
 
 
 def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partners: list[str], truncate: bool):
@@ -84,21 +94,34 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     return p
 
 
-def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers: pa.Table, texts: list[str],
-                      truncate: bool = False, stats: Stats | None = None) -> Prediction:
+def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers: pa.Table,
+                      inputs: list[tuple[list[str], list[int]]], truncate: bool = False,
+                      stats: Stats | None = None) -> Prediction:
     """A cascade's larger model's share of a window, from the answers that say which of the window's
-    `texts` it took: its prompts over them, with nothing retained for it; and, where the window
-    chose the band (`stats.guarantee`), what choosing it computed. Nothing for other operators."""
+    rows (`inputs`: per input, texts and row numbers) it took: its prompts over them, with nothing
+    retained for it (a join's: each left row with its right rows the larger model answered); and,
+    where the window chose the band (`stats.guarantee`), what choosing it computed. Nothing for other
+    operators."""
     if spec.cascade is None:
         return Prediction()
-    chose = Prediction.from_dict(stats.guarantee["accounting"]) if stats is not None and stats.guarantee \
+    p = Prediction.from_dict(stats.guarantee["accounting"]) if stats is not None and stats.guarantee \
         else Prediction()
     large = session.peer(spec.cascade.model)
-    taken = [t for t, c in zip(texts, answers.column("cascaded").to_pylist()) if c]
-    if not taken:
-        return chose
-    t = _tokens(large, spec, large.layout.documents(taken), [], truncate)
-    p = predict_fresh(plan[spec.name], spec.kind, t, large.engine.plan.page_size)
-    p.add(_probes(large, plan, spec, [], truncate, False))
-    p.add(chose)
+    cascaded = answers.column("cascaded").to_pylist()
+    if kind_of(spec.kind).arity == 1:
+        asked = [([t for t, c in zip(inputs[0][0], cascaded) if c], [])]
+    else:
+        (left, left_rows), (right, right_rows) = inputs
+        lefts, rights = dict(zip(left_rows, left)), dict(zip(right_rows, right))
+        by_left: dict[int, list[str]] = {}
+        for a, b, c in zip(answers.column("left_row").to_pylist(), answers.column("right_row").to_pylist(),
+                           cascaded):
+            if c:
+                by_left.setdefault(a, []).append(rights[b])
+        asked = [([lefts[a]], partners) for a, partners in by_left.items()]
+    for texts, partners in asked:
+        if texts:
+            t = _tokens(large, spec, large.layout.documents(texts), partners, truncate)
+            p.add(predict_fresh(plan[spec.name], spec.kind, t, large.engine.plan.page_size))
+            p.add(_probes(large, plan, spec, partners, truncate, False))
     return p

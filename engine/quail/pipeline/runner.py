@@ -12,7 +12,7 @@ accounting side by side."""
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
-from quail.pipeline.compute import compute, predict, predict_escalated, retained_rows
+from quail.pipeline.compute import compute, parts, predict, predict_escalated
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, drive
@@ -55,7 +55,7 @@ class Runner:
         self.truncate = truncate
         self.window_rows = window_rows
         self.outputs: dict[str, str] = {}  # operator -> the Parquet file later operators read
-        self.rows_of: dict[str, int] = {}  # operator -> its chain's window rows (plan_windows)
+        self.fitted: dict[str, OperatorSpec] = {}  # operator -> the head of its chain, where cut to the pool
 
     def source(self, name: str) -> TableSource:
         if name in self.pipeline.tables:
@@ -126,28 +126,45 @@ class Runner:
         partners = self._partners(plan)
         readers: dict[tuple, list[OperatorSpec]] = {}  # the operators reading one column of a table, by window
         for s in specs:
-            key = (self._table_of(plan, s.inputs[0]), s.columns[0], self.rows_of.get(s.name, self.window_rows))
+            key = (self._table_of(plan, s.inputs[0]), s.columns[0], self.fitted.get(s.name))
             readers.setdefault(key, []).append(s)
         out = {s.name: Prediction() for s in specs}
-        for (table, column, rows), group in readers.items():
-            for k, part in enumerate(self._texts(table, column, rows)):
+        for (table, column, head), group in readers.items():
+            if head is None:
+                windows = self._texts(table, column, self.window_rows)
+            else:  # a chain's windows, cut as the run will cut them
+                source = self.source(table)
+                windows = (text_column(w, column, source.name, self.on_null, first)[0]
+                           for first, w in self.windows(session, head))
+            for k, part in enumerate(windows):
                 _predict_window(session, plan, group, part, k, partners, self.truncate, out)
         return out
 
     def plan_windows(self, session: Session, plan: Plan, reuse: Reuse) -> list[list[OperatorSpec]]:
-        """The chains, and each chain's window rows: --window-rows, or fewer where a chain over a
-        table has consumers that reuse retained KV, so that a window's documents fit half the
-        retention pool (measured on the table's first rows)."""
+        """The chains. A chain over a table whose consumers reuse retained KV has its windows cut to
+        the retention pool (`windows`)."""
         groups = chains(plan.specs, set(self.pipeline.tables))
         for group in groups:
-            rows = self.window_rows
             if len(group) > 1 and reuse.retention and group[0].inputs[0] in self.pipeline.tables:
-                source = self.source(group[0].inputs[0])
-                _, sample = next(source.windows(min(self.window_rows, 512)))
-                texts, _ = text_column(sample, group[0].columns[0], source.name, "skip")
-                rows = retained_rows(session, session.layout.documents(texts), rows)
-            self.rows_of.update((s.name, rows) for s in group)
+                self.fitted.update((s.name, group[0]) for s in group)
         return groups
+
+    def windows(self, session: Session, head: OperatorSpec) -> Iterator[tuple[int, pa.Table]]:
+        """(first row, table) for the windows of a chain's head: --window-rows at a time, each cut,
+        where the chain is fitted, into parts whose documents the head will compute fill half the
+        retention pool (compute.parts), so that its consumers find them retained at any table size
+        while memory follows one window; rows answered from the answer store take no room."""
+        source = self.source(head.inputs[0])
+        for first, table in source.windows(self.window_rows):
+            if self.fitted.get(head.name) is not head:
+                yield first, table
+                continue
+            texts, rows = text_column(table, head.columns[0], source.name, self.on_null, first)
+            cuts = parts(session, head, session.layout.documents(texts))
+            for lo, hi in cuts:
+                start = 0 if lo == 0 else rows[lo] - first
+                end = table.num_rows if hi == len(rows) else rows[hi] - first
+                yield first + start, table.slice(start, end - start)
 
     def run(self, session: Session, plan: Plan, reuse: Reuse, progress: Callable) -> list[OperatorRun]:
         groups = self.plan_windows(session, plan, reuse)
@@ -205,7 +222,7 @@ class Runner:
         def compute_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
             answers, stats = compute(session, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
                                      bars[spec.name])
-            escalated = predict_escalated(session, plan, window.spec, answers, window.inputs[0][0], self.truncate,
+            escalated = predict_escalated(session, plan, window.spec, answers, window.inputs, self.truncate,
                                           stats)
             if (observed := runtime_of(spec.kind).observed(window.spec, answers)) is not None:
                 seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
@@ -237,7 +254,7 @@ class Runner:
                     op.done(w, c_done)
                 return done
 
-            totals = {head.name: drive(head, first.windows(self.rows_of.get(head.name, self.window_rows)),
+            totals = {head.name: drive(head, self.windows(session, head),
                                        first.name, [(s.read_all(), s.name) for s in others], step, self.on_null,
                                        max_tokens=self.budgets.get(head.name))}
             totals |= {c.name: fed[c.name].finish() for c in consumers}

@@ -14,7 +14,7 @@ too few sample rows reach to pass even with no error is passed over untested.
 Why each target bounds what it bounds. The rows inside the band take the larger model's answers,
 which are right by definition, so:
 - accuracy: the share of all rows that the small model answers wrongly (where it is sure enough
-  to answer: its confidence at least tau);
+  to answer: its confidence at least tau; a classify's, its top label's probability above it);
 - precision: the rate of wrong yeses among the rows it passes (every P(yes) above `high`); the
   larger model's yeses inside the band only add right ones;
 - recall: the share of the larger model's yeses that the small model rejects (a P(yes) below `low`).
@@ -141,3 +141,16 @@ def choose(metric: str, target: float, delta: float, scores: list[list[float]], 
         low = high = 0.0 if low is None else low
     return Guarantee(metric, target, delta, float(low), float(high), len(truth), tested, bound)
 
+
+
+def choose_labels(target: float, delta: float, confidence: list[float], right: list[bool]) -> Guarantee:
+    """A classify's band on its top label's probability, for an accuracy target: the small model
+    answers a row when that probability is above `high`; the larger model the rows inside [0,
+    high]. `right`: the small model's label is the larger model's on that sample row."""
+    grid = [round(1 - i / 100, 2) for i in range(1, 100)]  # 0.99 ... 0.01: a top probability may be low
+
+    def counts(tau):  # the rows it answers wrong, among all: the larger model's are right
+        return sum(not r for c, r in zip(confidence, right) if c > tau), len(right)
+
+    tau, bound, tested = _sequence(grid, counts, 1 - target, delta)
+    return Guarantee("accuracy", target, delta, 0.0, 1.0 if tau is None else tau, len(right), tested, bound)

@@ -1,4 +1,4 @@
-"""A filter cascade: the session's model answers every row; the rows where a P(yes) it computed
+"""Cascades. A filter's: the session's model answers every row; the rows where a P(yes) it computed
 lies inside the band go to a larger model in the same process, whose answers replace its own. The
 band is given, or chosen on the first window for a target (planner/guarantee.py): the small model
 answers every row of it at threshold 0, the larger model a seeded random sample, and the band is
@@ -9,9 +9,12 @@ import random
 from dataclasses import replace
 
 from quail.executor.stats import Stats
+from quail.kinds.words import SECOND
+from quail.ops.classify import ClassifyResult
 from quail.ops.filter import FilterResult
+from quail.ops.join import JoinResult
 from quail.planner.band import decides
-from quail.planner.guarantee import choose
+from quail.planner.guarantee import choose, choose_labels
 from quail.planner.specs import Cascade
 from quail.reuse import Retain
 from quail.session import Session
@@ -35,7 +38,7 @@ def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predica
                                    calibration)
     stats.of_model(session.loaded.name, len(texts))
     unsure = [i for i, p in enumerate(result.p_yes) if not decides(p, cascade.low, cascade.high)]
-    tokens_only = (lambda _, tokens: progress(0, tokens)) if progress else None  # the rows are counted once
+    tokens_only = _tokens_only(progress)
     second, more = large.filter([texts[i] for i in unsure], predicates, threshold, None, reuse, None, truncate,
                                 tokens_only, [rows[i] for i in unsure], calibration) if unsure else (None, Stats())
     escalated = [False] * len(texts)
@@ -53,10 +56,9 @@ def choose_band(session: Session, cascade: Cascade, texts: list[str], predicates
     """The cascade with its band chosen on these rows for its target, and what choosing computed
     (its `guarantee` says how the band was chosen). The sample is drawn with a seed from the rows'
     texts, so that a run and its retry choose the same band."""
-    tokens_only = (lambda _, tokens: progress(0, tokens)) if progress else None  # the rows are counted once
+    tokens_only = _tokens_only(progress)
     small, stats = session.filter(texts, predicates, 0.0, None, reuse, None, truncate, tokens_only, rows, calibration)
-    seed = int.from_bytes(hashlib.sha256("\x1e".join(texts).encode()).digest()[:8], "big")
-    picked = sorted(random.Random(seed).sample(range(len(texts)), min(cascade.sample, len(texts))))
+    picked = _sample(texts, cascade.sample)
     large = session.peer(cascade.model)
     big, big_stats = large.filter([texts[i] for i in picked], predicates, 0.0, None, reuse, None, truncate,
                                   tokens_only, [rows[i] for i in picked], calibration)
@@ -64,7 +66,104 @@ def choose_band(session: Session, cascade: Cascade, texts: list[str], predicates
     g = choose(cascade.metric, cascade.target, cascade.delta, [small.p_yes[i] for i in picked], truth)
     stats = stats.of_model(f"{session.loaded.name} (choosing the band)", len(texts))
     stats.merge(big_stats.of_model(f"{large.loaded.name} (choosing the band)", len(picked)))
+    return replace(cascade, low=g.low, high=g.high), _guaranteed(stats, g)
+
+
+def cascade_classify(session: Session, cascade: Cascade, texts: list[str], labels: list[str], question: str,
+                     descriptions=(), reuse=True, retain: Retain | None = None, truncate=False, progress=None,
+                     rows: list[int] | None = None, calibration="auto") -> tuple[ClassifyResult, list[bool], Stats]:
+    """A classify cascade: the session's model labels every row; the rows whose top label's
+    probability lies inside the band (for a target: [0, high], chosen on these rows) are labelled
+    again by the larger model, whose labels and probabilities replace its own."""
+    rows = rows if rows is not None else list(range(len(texts)))
+    large = session.peer(cascade.model)
+    result, stats = session.classify(texts, labels, question, reuse, retain, truncate, progress, rows, calibration,
+                                     descriptions)
+    stats.of_model(session.loaded.name, len(texts))
+    if not cascade.chosen:  # the small model's labels are in hand: the larger model labels a sample
+        picked = _sample(texts, cascade.sample)
+        big, chosen = large.classify([texts[i] for i in picked], labels, question, reuse, None, truncate,
+                                     _tokens_only(progress), [rows[i] for i in picked], calibration, descriptions)
+        g = choose_labels(cascade.target, cascade.delta, [max(result.probabilities[i]) for i in picked],
+                          [result.labels[i] == big.labels[j] for j, i in enumerate(picked)])
+        cascade = replace(cascade, low=g.low, high=g.high)
+        stats.merge(_guaranteed(chosen.of_model(f"{large.loaded.name} (choosing the band)", len(picked)), g))
+    unsure = [i for i, p in enumerate(result.probabilities) if cascade.low <= max(p) <= cascade.high]
+    escalated = [False] * len(texts)
+    if unsure:
+        second, more = large.classify([texts[i] for i in unsure], labels, question, reuse, None, truncate,
+                                      _tokens_only(progress), [rows[i] for i in unsure], calibration, descriptions)
+        for j, i in enumerate(unsure):
+            result.probabilities[i], result.labels[i], escalated[i] = second.probabilities[j], second.labels[j], True
+        stats.merge(more.of_model(large.loaded.name, len(unsure)))
+    return result, escalated, stats
+
+
+def cascade_join(session: Session, cascade: Cascade, left: list[str], right: list[str], condition: str,
+                 threshold: float, reuse=True, retain: Retain | None = None, truncate=False, progress=None,
+                 left_rows: list[int] | None = None, right_rows: list[int] | None = None, calibration="auto",
+                 partner: str = SECOND) -> tuple[JoinResult, set[tuple[int, int]], Stats]:
+    """A join cascade, per pair: the session's model answers every pair; the pairs whose P(yes) lies
+    inside the band are answered again by the larger model (each left row with its unsure right
+    rows), whose P(yes) replaces its own. For a target the band is chosen on a sample of these
+    pairs; `threshold` decides the larger model's answers on it. Returns the answers, the pairs
+    (left index, right index) the larger model answered, and the accounting."""
+    left_rows = left_rows if left_rows is not None else list(range(len(left)))
+    right_rows = right_rows if right_rows is not None else list(range(len(right)))
+    large = session.peer(cascade.model)
+    result, stats = session.join(left, right, condition, reuse, retain, truncate, progress, left_rows, right_rows,
+                                 calibration, partner)
+    stats.of_model(session.loaded.name, len(left))
+
+    def asked(pairs: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], float], Stats]:
+        """The larger model's P(yes) of these pairs, a left row at a time with its right rows."""
+        by_left: dict[int, list[int]] = {}
+        for i, j in pairs:
+            by_left.setdefault(i, []).append(j)
+        found, done = {}, Stats()
+        for i, js in by_left.items():
+            r, more = large.join([left[i]], [right[j] for j in js], condition, reuse, None, truncate,
+                                 _tokens_only(progress), [left_rows[i]], [right_rows[j] for j in js], calibration,
+                                 partner)
+            found.update(((i, j), p) for j, p in zip(js, r.p_yes[0]))
+            done.merge(more)
+        return found, done
+
+    if not cascade.chosen:
+        every = [(i, j) for i in range(len(left)) for j in range(len(right))]
+        picked = [every[k] for k in _sample(left + right, cascade.sample, len(every))]
+        big, chosen = asked(picked)
+        g = choose(cascade.metric, cascade.target, cascade.delta, [[result.p_yes[i][j]] for i, j in picked],
+                   [big[pair] >= threshold for pair in picked])
+        cascade = replace(cascade, low=g.low, high=g.high)
+        stats.merge(_guaranteed(chosen.of_model(f"{large.loaded.name} (choosing the band)", len(picked)), g))
+    unsure = [(i, j) for i, row in enumerate(result.p_yes) for j, p in enumerate(row)
+              if cascade.low <= p <= cascade.high]
+    if unsure:
+        second, more = asked(unsure)
+        for (i, j), p in second.items():
+            result.p_yes[i][j] = p
+        stats.merge(more.of_model(large.loaded.name, len({i for i, _ in unsure})))
+    return result, set(unsure), stats
+
+
+def _tokens_only(progress):
+    """The progress of a second pass over rows already counted: its tokens only."""
+    return (lambda _, tokens: progress(0, tokens)) if progress else None
+
+
+def _sample(texts: list[str], n: int, population: int | None = None) -> list[int]:
+    """A uniform random sample of n of the rows (of `population` items: a join's pairs), seeded by
+    the texts, so that a run and its retry choose the same band."""
+    population = len(texts) if population is None else population
+    seed = int.from_bytes(hashlib.sha256("\x1e".join(texts).encode()).digest()[:8], "big")
+    return sorted(random.Random(seed).sample(range(population), min(n, population)))
+
+
+def _guaranteed(stats: Stats, g) -> Stats:
+    """The choosing's accounting, carrying how the band was chosen (Stats.guarantee) and what
+    choosing it computed (predict_escalated adds that to the prediction)."""
     stats.guarantee = g.to_dict() | {"accounting": {"tokens_naive": stats.tokens_naive,
                                                     "tokens_computed": stats.tokens_computed,
                                                     "tokens_reused": dict(stats.tokens_reused)}}
-    return replace(cascade, low=g.low, high=g.high), stats
+    return stats

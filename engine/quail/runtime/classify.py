@@ -13,16 +13,25 @@ class ClassifyRuntime(KindRuntime):
     def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
         [(texts, rows)] = inputs
         labels = list(spec.labels)
-        r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows,
-                                    spec.calibration, spec.descriptions)
+        if spec.cascade is None:
+            r, stats = session.classify(texts, labels, spec.questions[0], reuse, retain, truncate, progress, rows,
+                                        spec.calibration, spec.descriptions)
+        else:
+            from quail.runtime.cascade import cascade_classify
+
+            r, escalated, stats = cascade_classify(session, spec.cascade, texts, labels, spec.questions[0],
+                                                   spec.descriptions, reuse, retain, truncate, progress, rows,
+                                                   spec.calibration)
         columns = {"row": pa.array(rows, pa.int64()), "label": pa.array([labels[i] for i in r.labels], pa.string())}
         for k, label in enumerate(labels):
             columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
+        if spec.cascade is not None:
+            columns["cascaded"] = pa.array(escalated, pa.bool_())  # the larger model labelled the row
         return pa.table(columns), stats
 
     def shape(self, spec, answers, tables, source):
         [table] = tables
-        names = ["label"] + [f"p_{label}" for label in spec.labels]
+        names = ["label"] + [f"p_{label}" for label in spec.labels] + (["cascaded"] if spec.cascade else [])
         if spec.top_k is not None and spec.top_k > 1:
             answers = _with_top(answers, spec)
             names += top_columns(spec.top_k)

@@ -2,6 +2,7 @@
 best `top_k` of them, if given), ranked within their left row."""
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quail.kinds.join import Join, partner
 from quail.runtime.base import KindRuntime
@@ -12,14 +13,26 @@ class JoinRuntime(KindRuntime):
 
     def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
         (ltexts, lrows), (rtexts, rrows) = inputs
-        r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows, rrows,
-                                spec.calibration, partner(spec))
-        pairs = [(lrows[i], rrows[j], p, rank) for i, ps in enumerate(r.p_yes)
+        if spec.cascade is None:
+            r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows,
+                                    rrows, spec.calibration, partner(spec))
+        else:
+            from quail.runtime.cascade import cascade_join
+
+            r, escalated, stats = cascade_join(session, spec.cascade, ltexts, rtexts, spec.questions[0],
+                                               spec.threshold, reuse, retain, truncate, progress, lrows, rrows,
+                                               spec.calibration, partner(spec))
+        pairs = [(i, j, p, rank) for i, ps in enumerate(r.p_yes)
                  for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
-        return pa.table({"left_row": pa.array([a for a, _, _, _ in pairs], pa.int64()),
-                         "right_row": pa.array([b for _, b, _, _ in pairs], pa.int64()),
+        columns = {}
+        if spec.cascade is not None:  # the pairs the larger model answered that did not match, unranked: for review
+            matched = {(i, j) for i, j, _, _ in pairs}
+            pairs += [(i, j, r.p_yes[i][j], None) for i, j in sorted(escalated - matched)]
+            columns["cascaded"] = pa.array([(i, j) in escalated for i, j, _, _ in pairs], pa.bool_())
+        return pa.table({"left_row": pa.array([lrows[i] for i, _, _, _ in pairs], pa.int64()),
+                         "right_row": pa.array([rrows[j] for _, j, _, _ in pairs], pa.int64()),
                          "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
-                         "rank": pa.array([k for _, _, _, k in pairs], pa.int32())}), stats
+                         "rank": pa.array([k for _, _, _, k in pairs], pa.int32())} | columns), stats
 
     def stored(self, session, spec, docs, partners, probes):
         if not partners:
@@ -34,11 +47,15 @@ class JoinRuntime(KindRuntime):
 
     def shape(self, spec, answers, tables, source):
         left, right = tables
+        if "cascaded" in answers.column_names and not spec.keep_all:  # the output: the pairs that matched
+            answers = answers.filter(pc.is_valid(answers.column("rank")))
         lt, rt = left.take(answers.column("left_row")), right.take(answers.column("right_row"))
         columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
         columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
         columns["p_yes"] = answers.column("p_yes")
         columns["rank"] = answers.column("rank")
+        if "cascaded" in answers.column_names:
+            columns["cascaded"] = answers.column("cascaded")
         return pa.table(columns)
 
 

@@ -28,7 +28,7 @@ from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.runtime import runtime_of
-from quail.pipeline.compute import compute, predict, predict_escalated, retained_rows
+from quail.pipeline.compute import compute, parts, predict, predict_escalated
 from quail.planner.predict import Prediction
 from quail.session import Session
 from quail.trust import owned_file, private_folder
@@ -228,13 +228,14 @@ class Worker(flight.FlightServerBase):
 
     def _parts(self, job: Job, consumers: list) -> list[tuple[int, int]]:
         """The job's rows in parts computed one after another: one part, or, where consumers are
-        computed ahead, parts whose documents fill half the retention pool, so that each consumer
-        runs on a part while its KV is in the arena, whatever the window's size. A cascade (its
-        band is chosen on the whole window) and a row limit keep one part."""
-        n, spec = len(job.docs), job.spec
-        rows = n if not consumers or spec.cascade is not None or spec.limit is not None else \
-            retained_rows(self.session, job.docs, n)
-        return [(lo, min(lo + rows, n)) for lo in range(0, max(n, 1), max(rows, 1))]
+        computed ahead, parts whose documents to compute fill half the retention pool
+        (compute.parts), so that each consumer runs on a part while its KV is in the arena,
+        whatever the window's size. A cascade (its band is chosen on the whole window) and a row
+        limit keep one part."""
+        spec = job.spec
+        if not consumers or spec.cascade is not None or spec.limit is not None:
+            return [(0, len(job.docs))]
+        return parts(self.session, spec, job.docs, job.submission.reuse.answers)
 
     # the job loop
     def _job(self, job_id: str) -> Job:
@@ -286,7 +287,7 @@ class Worker(flight.FlightServerBase):
                 inputs = [(job.inputs[0][0][lo:hi], job.inputs[0][1][lo:hi]), *job.inputs[1:]]
                 answers, done = compute(self.session, sub.spec, sub.op, sub.reuse, inputs, progress=progress,
                                         scope=sub.identity.scope)
-                predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, inputs[0][0],
+                predicted.add(predict_escalated(self.session, sub.dag_plan, sub.spec, answers, inputs,
                                                 stats=done))
                 self._ahead(job, ahead, answers, inputs)
                 tables.append(answers)

@@ -1,8 +1,10 @@
-"""A filter cascade (quail/runtime/cascade.py): a random tiny Llama answers first and smollm2-135m takes the
-rows inside the band. Each row's answer is the one its model gives alone, reuse changes none, and
-each model's tokens are accounted apart and predicted."""
+"""Cascades (quail/runtime/cascade.py) of a filter, a classify and a join: a random tiny Llama answers
+first and smollm2-135m takes the rows (pairs) inside the band. Each row's answer is the one its
+model gives alone, reuse and the answer store change none, each model's tokens are accounted apart
+and predicted, and a band chosen for a target holds it."""
 
 import json
+import random
 import re
 
 import pyarrow as pa
@@ -361,3 +363,62 @@ def test_a_join_target_chooses_its_band_and_the_review_holds_every_pair_sent_on(
     assert [r for r in sent if r["rank"] is not None] == [r for r in matched if r["cascaded"]]
     assert all(r["p_yes"] < 0.3 for r in sent if r["rank"] is None)  # the larger model said no
     assert sum(not r["cascaded"] for r in matched) == sum(x >= 0.3 for x in p[:18])
+
+
+def _dev(name: str) -> list[dict]:
+    import csv
+    from pathlib import Path
+
+    with open(Path(__file__).parents[1] / "bench" / "data" / name, newline="", encoding="utf-8") as f:
+        return [r for r in csv.DictReader(f) if r["split"] == "dev"]
+
+
+def test_over_20_splits_of_the_dev_data_the_target_holds_in_at_least_1_minus_delta(sessions):
+    """bench/data's dev person filter and 5-topic classify, with smollm2's answers as the small
+    model's and the gold labels as the larger model's (human labels, where given): over 20 random
+    splits, a band chosen on one half meets the accuracy target on the other in at least 19."""
+    from quail.planner.guarantee import answer, choose_labels
+
+    _, smollm2 = sessions
+    rng, delta, target = random.Random(27), 0.05, 0.8
+    rows = _dev("filter.csv")
+    scores = smollm2.filter([r["text"] for r in rows], ["Is this article about a person?"], 0.0)[0].p_yes
+    truth = [r["label"] == "yes" for r in rows]
+    topics = ["arts", "biology and health", "geography", "history", "technology"]
+    docs = _dev("classify.csv")
+    labelled = smollm2.classify([r["text"] for r in docs], topics, "Which topic is this article about?")[0]
+    confidence = [max(p) for p in labelled.probabilities]
+    right = [topics[k] == r["topic"] for k, r in zip(labelled.labels, docs)]
+    met = {"filter": 0, "classify": 0}
+    for _ in range(20):
+        half = set(rng.sample(range(len(rows)), len(rows) // 2))
+        band = choose("accuracy", target, delta, [scores[i] for i in half], [truth[i] for i in half])
+        rest = [i for i in range(len(rows)) if i not in half]
+        said = [answer(scores[i], band.low, band.high) for i in rest]
+        met["filter"] += sum((truth[i] if s is None else s) == truth[i] for i, s in zip(rest, said)) >= target * len(rest)
+        half = set(rng.sample(range(len(docs)), len(docs) // 2))
+        band = choose_labels(target, delta, [confidence[i] for i in half], [right[i] for i in half])
+        rest = [i for i in range(len(docs)) if i not in half]
+        wrong = sum(not right[i] for i in rest if not band.low <= confidence[i] <= band.high)
+        met["classify"] += len(rest) - wrong >= target * len(rest)
+    assert met["filter"] >= 19 and met["classify"] >= 19, met
+
+
+def test_the_answer_store_cold_or_warm_changes_no_cascaded_answer(sessions, tiny_model_dir, news, tmp_path,
+                                                                   monkeypatch):
+    """Each model's raw answers are stored under its own identity, so a warm run, which computes
+    nothing, gives the cascade's answers as computing from scratch does."""
+    monkeypatch.setenv("QUAIL_ANSWER_STORE", str(tmp_path / "answers.sqlite"))
+    small, _ = sessions
+    threshold, band = _band(small)
+    common = ["filter", news, "--text-column", "text", "--predicate", Q, "--threshold", threshold, "--keep-all",
+              "--model", tiny_model_dir, "--cascade", "smollm2-135m", "--cascade-band", band.low, band.high]
+    for name, extra in (("cold", []), ("warm", []), ("scratch", ["--no-reuse"])):
+        assert _cli(*common, *extra, "--output", tmp_path / f"{name}.parquet", "--stats", tmp_path / f"{name}.json") == 0
+    warm = json.loads((tmp_path / "warm.json").read_text())
+    assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["answers"] == warm["tokens_naive"]
+    runs = [pq.read_table(tmp_path / f"{name}.parquet").to_pylist() for name in ("cold", "warm", "scratch")]
+    assert any(r["cascaded"] for r in runs[0]) and not all(r["cascaded"] for r in runs[0])
+    for other in runs[1:]:
+        assert [(r["passed"], r["cascaded"]) for r in other] == [(r["passed"], r["cascaded"]) for r in runs[0]]
+        assert all(abs(a["p_yes_1"] - b["p_yes_1"]) < 1e-4 for a, b in zip(other, runs[0]))

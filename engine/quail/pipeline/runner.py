@@ -3,8 +3,9 @@
 Operators run in chains: a consumer whose first input is an earlier operator's output, read on
 the same text column, runs on each window right after its producer has done that window, while
 the window's KV is in the arena (chains()). So retention between them does not depend on the
-table's size, and memory follows one window for the whole chain; a chain's windows are sized so
-that one window's documents fit the retention pool. Each operator appends its window's output to
+table's size, and memory follows one window for the whole chain; a chain's windows are cut where
+the documents its head will compute fill half the retention pool (rows whose answers are stored
+take no room). Each operator appends its window's output to
 a temporary file that replaces its target at the end, and what no later operator claims is
 released. A join's right input is read whole. Stats carry the prediction and the actual
 accounting side by side."""

@@ -28,6 +28,8 @@ def main(n: int) -> None:
         for lo in range(0, n, 8192):  # a window's answers at a time, as a run writes them
             store.put(items[lo : lo + 8192])
         put = time.perf_counter() - t
+        store.close()
+        store = AnswerStore(Path(d) / "a.sqlite")  # another process's view: nothing found lately in memory
         t = time.perf_counter()
         found = sum(len(store.get(keys[lo : lo + 8192])) for lo in range(0, n, 8192))
         get = time.perf_counter() - t

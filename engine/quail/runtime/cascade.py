@@ -2,7 +2,8 @@
 lies inside the band go to a larger model in the same process, whose answers replace its own. The
 band is given, or chosen on the first window for a target (planner/guarantee.py): the small model
 answers every row of it at threshold 0, the larger model a seeded random sample, and the band is
-the guarantee's. Each model's tokens are reported apart (Stats.by_model), the choosing's too."""
+the guarantee's. Each model's tokens are reported apart (Stats.by_model), the choosing's too. A
+classify's cascade is the same on its top label's probability, a join's on each pair's P(yes)."""
 
 import hashlib
 import random

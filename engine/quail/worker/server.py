@@ -273,17 +273,17 @@ class Worker(flight.FlightServerBase):
             partners = job.inputs[1][0] if len(job.inputs) > 1 else []
             stored = sub.reuse.answers and self.session.answers is not None
             ahead = consumers_ahead(sub.dag_plan, sub.spec) if stored else []
-            parts = self._parts(job, ahead)
+            cuts = self._parts(job, ahead)
             # before computing: what the answer store holds now, not what the job adds to it
             predicted = Prediction()
-            for k, (lo, hi) in enumerate(parts):
+            for k, (lo, hi) in enumerate(cuts):
                 predicted.add(predict(self.session, sub.dag_plan, sub.spec, job.docs[lo:hi], partners, reached=True,
                                       answers=sub.reuse.answers, probed=k > 0))
             if sub.predict_only:
                 job.predicted, job.state = predicted.rounded(), "done"
                 return
             tables, stats = [], None
-            for lo, hi in parts:
+            for lo, hi in cuts:
                 inputs = [(job.inputs[0][0][lo:hi], job.inputs[0][1][lo:hi]), *job.inputs[1:]]
                 answers, done = compute(self.session, sub.spec, sub.op, sub.reuse, inputs, progress=progress,
                                         scope=sub.identity.scope)

@@ -21,6 +21,7 @@ from airflow_quail.staging import WindowStage
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds.settings import Settings
+from quail.pipeline.config import check_review
 from quail.pipeline.explain import describe_run
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.pipeline.windows import (OperatorDone, Window, WindowDone, check_budget, check_max_tokens,
@@ -97,11 +98,9 @@ class BaseLLMOperator(BaseOperator):
         super().__init__(**kwargs)
         try:
             self.cascade = self.settings.check_one("cascade", cascade, f"task {self.task_id!r}")
+            check_review(review_output, self.cascade, f"task {self.task_id!r}")
         except QuailError as e:
             raise AirflowException(str(e)) from None
-        if review_output is not None and self.cascade is None:
-            raise AirflowException(f"task {self.task_id!r}: review_output takes the rows inside a cascade's band; "
-                                   f"give the operator a cascade")
         self.review_output = review_output
         self.target = target
         self.deferrable = deferrable

@@ -17,6 +17,7 @@ from quail.executor.stats import Stats
 from quail.model.loader import LoadedModel, load_model
 from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 from quail.kinds.base import CALIBRATIONS
+from quail.kinds.join import pair_room
 from quail.ops.calibration import CONTENT_FREE, column_means, labels_given, yes_given
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
@@ -217,8 +218,7 @@ class Session:
         return result, stats
 
     def pair_room(self, condition: list[int]) -> int:
-        """The tokens each document of a pair may take: the context after the condition, split evenly."""
-        return (self.context - len(condition)) // 2
+        return pair_room(self.context, len(condition))
 
     def join_keys(self, condition: list[int], anchors: list[list[int]], partners: list[list[int]],
                   calibration: str) -> list[list[bytes]]:

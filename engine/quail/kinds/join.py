@@ -14,6 +14,12 @@ from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec
 
 
+def pair_room(context: int, condition: int) -> int:
+    """The tokens each document of a pair may take: the context after the condition (its tokens),
+    split evenly between the two documents."""
+    return (context - condition) // 2
+
+
 def partner(spec: OperatorSpec) -> str:
     """What the prompt calls a right row: the name given, or the right column's name."""
     return spec.right_name.strip() if spec.right_name else partner_name(spec.columns[1])
@@ -93,7 +99,7 @@ class Join(OperatorKind):
                               stem=stem(rendered))
 
     def document_room(self, t, context):
-        return (context - t.questions[0]) // 2  # the context is split evenly between the two documents
+        return pair_room(context, t.questions[0])
 
     def prompts(self, t, selectivity):
         return [(1.0, n_partner + t.questions[0]) for n_partner in t.partners], t.stem

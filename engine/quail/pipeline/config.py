@@ -111,8 +111,12 @@ def load_pipeline(path: str) -> Pipeline:
 
 
 def check_reviews(pipeline: Pipeline) -> None:
-    """A review output takes the rows inside a cascade's band: an operator without one has none."""
     for spec in pipeline.specs:
-        if spec.name in pipeline.reviews and spec.cascade is None:
-            raise QuailError(f"operator {spec.name!r}: review_output takes the rows inside a cascade's band; "
-                             f"give the operator a cascade")
+        check_review(pipeline.reviews.get(spec.name), spec.cascade, f"operator {spec.name!r}")
+
+
+def check_review(review_output, cascade, where: str) -> None:
+    """A review output takes the rows inside a cascade's band: an operator without one has none."""
+    if review_output is not None and cascade is None:
+        raise QuailError(f"{where}: review_output takes the rows inside a cascade's band; give the operator a "
+                         f"cascade")

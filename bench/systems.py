@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from quail.model.loader import load_weights
+from quail.model.loader import load_weights, model_path
 from quail.model.registry import embedded_path
 
 
@@ -73,7 +73,7 @@ def transformers_model(name: str, dtype):
     path = embedded_path(name)
     hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path.parent, gguf_file=path.name),
                                           dtype=dtype).eval()
-    _, weights, _ = load_weights(name)
+    _, weights, _ = load_weights(model_path(name))
     missing, unexpected = hf.load_state_dict(dict(weights), strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     hf.tie_weights()

@@ -19,19 +19,19 @@ from quail.cli.main import main
 def _put_and_get(store: AnswerStore, n: int, tag: str = "") -> dict:
     items = [(answer_key("m:float32:cpu", f"q{tag}", [i]), [i / n]) for i in range(n)]
     store.put(items)
-    return store.get([k for k, _ in items])
+    return store.get([k for k, _ in items], 1)
 
 
 def test_answers_come_back_by_their_key_and_only_by_it(tmp_path):
     store = AnswerStore(tmp_path / "a.sqlite")
     key = answer_key("m:float32:cpu", "filter\x1f[1, 2]", [5, 6, 7])
     store.put([(key, [0.25])])
-    assert store.get([key]) == {key: [0.25]}
+    assert store.get([key], 1) == {key: [0.25]}
     for other in (answer_key("m:bfloat16:cpu", "filter\x1f[1, 2]", [5, 6, 7]),  # another dtype
                   answer_key("n:float32:cpu", "filter\x1f[1, 2]", [5, 6, 7]),  # another model
                   answer_key("m:float32:cpu", "filter\x1f[1, 3]", [5, 6, 7]),  # another question
                   answer_key("m:float32:cpu", "filter\x1f[1, 2]", [5, 6, 8])):  # another document
-        assert store.get([other]) == {}
+        assert store.get([other], 1) == {}
     assert b"5, 6, 7" not in (tmp_path / "a.sqlite").read_bytes()  # digests only, no document
 
 
@@ -78,7 +78,7 @@ def test_an_unwritable_folder_only_warns(tmp_path, caplog):
 def _writer(path: str, tag: str) -> None:
     store = AnswerStore(path)
     for lo in range(0, 400, 40):
-        store.put([(answer_key("m", tag, [i]), [i]) for i in range(lo, lo + 40)])
+        store.put([(answer_key("m", tag, [i]), [i / 400]) for i in range(lo, lo + 40)])
 
 
 def test_processes_share_one_store_even_when_they_create_it_at_once(tmp_path):
@@ -91,7 +91,7 @@ def test_processes_share_one_store_even_when_they_create_it_at_once(tmp_path):
         assert p.exitcode == 0
     store = AnswerStore(path)
     for tag in "abcd":
-        assert len(store.get([answer_key("m", tag, [i]) for i in range(400)])) == 400
+        assert len(store.get([answer_key("m", tag, [i]) for i in range(400)], 1)) == 400
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
@@ -100,10 +100,10 @@ def test_the_store_is_bounded_and_forgets_the_least_recently_used(tmp_path):
     first = [(answer_key("m", "q", [i]), [0.5] * 8) for i in range(200)]
     store.put(first)
     for lo in range(1000, 9000, 500):
-        store.get([k for k, _ in first[:20]])  # used again and again: kept
+        store.get([k for k, _ in first[:20]], 8)  # used again and again: kept
         store.put([(answer_key("m", "q", [i]), [0.5] * 8) for i in range(lo, lo + 500)])
     assert store.size() <= 400_000
-    assert len(store.get([k for k, _ in first[:20]])) == 20 and len(store.get([k for k, _ in first[20:]])) < 180
+    assert len(store.get([k for k, _ in first[:20]], 8)) == 20 and len(store.get([k for k, _ in first[20:]], 8)) < 180
     assert store.clear() > 0 and store.stats()["answers"] == 0
 
 
@@ -227,7 +227,7 @@ def test_a_writer_killed_mid_run_leaves_a_sound_store_with_what_it_committed(tmp
     p.join(10)
     store = AnswerStore(tmp_path / "a.sqlite")
     assert store.stats()["writable"] and not list(tmp_path.glob("*.corrupt-*"))
-    assert len(store.get([answer_key("m", "q", [i, j]) for i in range(6) for j in range(100)])) == 600
+    assert len(store.get([answer_key("m", "q", [i, j]) for i in range(6) for j in range(100)], 1)) == 600
 
 
 def test_a_full_disk_only_warns_and_the_store_stops_writing(tmp_path, caplog):
@@ -236,7 +236,7 @@ def test_a_full_disk_only_warns_and_the_store_stops_writing(tmp_path, caplog):
 
     disk = tmp_path / "small"
     disk.mkdir()
-    mounted = shutil.which("mount") and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)],
+    mounted = shutil.which("mount") and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(disk)],
                                                         capture_output=True).returncode == 0
     if not mounted:
         pytest.skip("cannot mount a small tmpfs here (needs root and a mount namespace)")
@@ -246,7 +246,7 @@ def test_a_full_disk_only_warns_and_the_store_stops_writing(tmp_path, caplog):
             for lo in range(0, 20_000, 1000):
                 store.put([(answer_key("m", "q", [i]), [0.5] * 8) for i in range(lo, lo + 1000)])
         assert not store.writable and "failed to write" in caplog.text
-        assert store.get([answer_key("m", "q", [0])])  # what went in before the disk filled is still read
+        assert store.get([answer_key("m", "q", [0])], 8)  # what went in before the disk filled is still read
         store.close()
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
@@ -261,3 +261,82 @@ def test_the_bound_is_a_setting_checked_before_use(tmp_path, monkeypatch):
         monkeypatch.setenv("QUAIL_ANSWER_STORE_MAX_BYTES", bad)
         with pytest.raises(QuailError, match="QUAIL_ANSWER_STORE_MAX_BYTES"):
             AnswerStore(tmp_path / "b.sqlite")
+
+
+def _planted(path, value: bytes) -> list[bytes]:
+    """A store of 12 answers of 0.25, then every value replaced by `value`."""
+    keys = [answer_key("m", "q", [i]) for i in range(12)]
+    store = AnswerStore(path)
+    store.put((k, [0.25]) for k in keys)
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE answers SET value = ?", (value,))
+    db.commit()
+    db.close()
+    return keys
+
+
+@pytest.mark.parametrize("where", ["store", "folder", "owner"])
+def test_a_store_another_user_could_have_written_is_not_used(tmp_path, caplog, where):
+    import array
+    import os
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "a.sqlite"
+    keys = _planted(path, array.array("d", [0.999]).tobytes())
+    if where == "store":
+        path.chmod(0o666)
+    elif where == "folder":
+        folder.chmod(0o777)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        os.chown(path, 65534, 65534)
+    with caplog.at_level(logging.WARNING):
+        store = AnswerStore(path)
+        assert store.get(keys, 1) == {}
+    assert "is not used" in caplog.text and ("another user" in caplog.text or "writable by other" in caplog.text)
+    store.put([(keys[0], [0.5])])  # nor written
+    assert not store.stats()["writable"]
+
+
+def test_a_new_store_is_private_whatever_the_umask(tmp_path):
+    import os
+
+    old = os.umask(0o002)
+    try:
+        AnswerStore(tmp_path / "new" / "a.sqlite").put([(answer_key("m", "q", [0]), [0.5])])
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "new" / "a.sqlite").stat().st_mode & 0o777 == 0o600
+    assert AnswerStore(tmp_path / "new" / "a.sqlite").get([answer_key("m", "q", [0])], 1)  # trusted again
+
+
+@pytest.mark.parametrize("value", [b"\x00\x00\xf8\x7f" * 2,  # NaN
+                                   b"\x00" * 6 + b"\x00\x40",  # 2.0
+                                   b"\x00\x00\xf0\xbf".rjust(8, b"\x00"),  # -1.0
+                                   b"abc",  # not a whole float
+                                   b"\x00" * 16,  # two values where one is asked
+                                   None, "0.5"])  # not bytes
+def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(tmp_path, caplog, value):
+    path = tmp_path / "a.sqlite"
+    keys = _planted(path, b"\x00" * 8)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA ignore_check_constraints = 1")
+    db.execute("UPDATE answers SET value = ? WHERE key = ?", (value if value is not None else b"", keys[0]))
+    if value is None:
+        db.execute("CREATE TABLE t AS SELECT * FROM answers")  # a NULL where NOT NULL is declared: a damaged row
+        db.execute("DROP TABLE answers")
+        db.execute("CREATE TABLE answers (key BLOB PRIMARY KEY, value BLOB, used INTEGER NOT NULL) WITHOUT ROWID")
+        db.execute("INSERT INTO answers SELECT key, NULL, used FROM t WHERE key = ?", (keys[0],))
+        db.execute("INSERT INTO answers SELECT * FROM t WHERE key != ?", (keys[0],))
+    db.commit()
+    db.close()
+    store = AnswerStore(path)
+    with caplog.at_level(logging.WARNING):
+        found = store.get(keys, 1)
+    assert keys[0] not in found and len(found) == 11 and "not answers" in caplog.text
+    store.put([(keys[0], [0.75])])
+    assert AnswerStore(path).get(keys[:1], 1) == {keys[0]: [0.75]}

@@ -33,7 +33,7 @@ from quail.reuse import Reuse
 from quail.worker.client import WorkerClient, WorkerLost
 from quail.worker.jobs import LOST, Identity, Submission, job_ref
 from quail.worker.jobs import Window as JobWindow
-from quail.worker.protocol import documents_digest, submission_digest
+from quail.worker.protocol import content_digest, documents_digest
 
 EVENT_KEYS = frozenset({"job", "state", "documents", "stats", "predicted", "error"})  # a job's status
 
@@ -51,6 +51,14 @@ class _TaskRun:
     op: OperatorPlan
     reuse: Reuse
     total_rows: int | None  # None: not known before reading it all
+    model: str | None = None  # the identity of the worker's model, the same for every window of the try
+
+    def model_of(self, client: WorkerClient) -> str:
+        """The try's model: its first worker's. A window computed by another model (a worker
+        restarted on changed weights) fails the try, whose retry computes every window anew."""
+        if self.model is None:
+            self.model = client.info()["identity"]
+        return self.model
 
 
 class BaseLLMOperator(BaseOperator):
@@ -241,11 +249,7 @@ class BaseLLMOperator(BaseOperator):
         A worker that dies (or is restarted) meanwhile costs no try: the window is resubmitted to a
         new one, within the connection's `worker_lost_timeout`."""
         documents = documents_digest(window.inputs)
-        digest = submission_digest(Submission(run.identity, window.spec, run.op, run.reuse, plan=run.plan), documents)
-        record = run.stage.done(window.k, digest)
-        if record is not None:
-            self.log.info("window %d (rows from %d) was staged by an earlier try", window.k, window.offset)
-            return record | {"digest": digest}
+        submission = Submission(run.identity, window.spec, run.op, run.reuse, plan=run.plan)
         status = None
         if ended is not None and ended[0] == window.k and ended[1]["state"] != LOST:
             if ended[1]["documents"] != documents:
@@ -254,6 +258,11 @@ class BaseLLMOperator(BaseOperator):
             status = ended[1]
         while True:
             try:
+                # staged windows are keyed by the model too: a retry on other weights finds none
+                digest = content_digest(submission, run.model_of(run.client), documents)
+                if (record := run.stage.done(window.k, digest)) is not None:
+                    self.log.info("window %d (rows from %d) was staged by an earlier try", window.k, window.offset)
+                    return record | {"digest": digest}
                 return self._stage(run, status or self._compute(run, window), window, digest) | {"digest": digest}
             except WorkerLost as e:
                 self.log.warning("window %d: %s", window.k, e)
@@ -300,6 +309,10 @@ class BaseLLMOperator(BaseOperator):
             raise WorkerLost(f"Quail job {job_ref(status['job'])} was cancelled on the worker (it is stopping)")
         if status["state"] != "done":
             raise AirflowException(f"Quail job {job_ref(status['job'])} {status['state']}: {status['error']}")
+        if status.get("model") != run.model:
+            raise AirflowException(f"window {window.k} was computed by another model ({status.get('model')}) than "
+                                   f"the task's earlier windows ({run.model}): the worker's model changed; a retry "
+                                   f"computes every window with the new one")
         answers = run.client.fetch(status["job"])
         table, counted = window.shaped(answers, self.sources()[0])
         record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],

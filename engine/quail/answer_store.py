@@ -13,6 +13,11 @@ the figures: bench/README.md, "The answer store". It is bounded (`max_bytes`) an
 least recently used answers first. A store that is corrupt, truncated or not a database is set
 aside and started anew; one that cannot be written (a read-only folder, a full disk) is used as far
 as it can be, with a warning, and the run goes on.
+
+What it holds becomes output, so it is trusted only when it could have been written by its user
+alone: a store (or its folder, or its log) that another user owns or may write is not used, with a
+warning. Every value read is checked (its length, finite, within [0, 1]); one that is not an answer
+is a miss, computed again and stored over.
 """
 
 import functools
@@ -28,6 +33,7 @@ from pathlib import Path
 
 from quail.errors import QuailError
 from quail.paths import home
+from quail.trust import owned_file, private_folder
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +80,9 @@ class AnswerStore:
 
     def _open(self) -> sqlite3.Connection | None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            log.warning("the answer store %s cannot be created (%s): answers are not stored", self.path, e.strerror)
+            self._trusted()
+        except QuailError as e:
+            log.warning("the answer store %s is not used (%s): answers are not stored", self.path, e)
             return None
         for attempt in (1, 2):
             try:
@@ -92,6 +98,20 @@ class AnswerStore:
                     return None
                 self._set_aside(e)
         return None
+
+    def _trusted(self) -> None:
+        """Refuses a store that another user owns or may write (quail/trust.py); a new one is made
+        0600 in a folder made 0700, so that a umask never makes it one."""
+        private_folder(self.path.parent)
+        for path in (Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            owned_file(path, kind="answer store file")
+        if not owned_file(self.path, kind="answer store"):
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            except FileExistsError:
+                owned_file(self.path, kind="answer store")  # made meanwhile: by whom?
+            except OSError:
+                pass  # a read-only folder: _open says so
 
     def _connect(self) -> sqlite3.Connection:
         """A connection in WAL mode with the schema in place. Two processes opening a new store at
@@ -135,11 +155,13 @@ class AnswerStore:
         for suffix in ("-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
-    def get(self, keys: list[bytes], touch: bool = True) -> dict[bytes, list]:
-        """The stored answers among `keys`. `touch`: they count as used now (for the LRU bound)."""
+    def get(self, keys: list[bytes], width: int, touch: bool = True) -> dict[bytes, list]:
+        """The stored answers among `keys`, each `width` probabilities (1 for a yes/no, a classify's
+        labels). `touch`: they count as used now (for the LRU bound)."""
         if self._db is None or not keys:
             return {}
         found: dict[bytes, list] = {}
+        damaged = 0
         now = time.time_ns()
         with self._lock:
             recent = self._recent
@@ -151,10 +173,14 @@ class AnswerStore:
                     part = todo[lo : lo + BATCH]
                     rows = self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
                                             f"({','.join('?' * len(part))})", part).fetchall()
-                    recent.update((bytes(k), (array("d", v).tolist(), used)) for k, v, used in rows)
+                    for k, v, used in rows:
+                        if (answer := _answer(v, width)) is None:
+                            damaged += 1
+                        else:
+                            recent[bytes(k)] = (answer, used)
                 stale = []
                 for k in keys:
-                    if (hit := recent.get(k)) is not None:
+                    if (hit := recent.get(k)) is not None and len(hit[0]) == width:
                         found[k] = hit[0]
                         if hit[1] < now - self.touch_ns:
                             stale.append(k)
@@ -167,6 +193,9 @@ class AnswerStore:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 self._failed("read", e)
+        if damaged:
+            log.warning("the answer store %s holds %d value(s) that are not answers (of %d probabilities in "
+                        "[0, 1]): computed again", self.path, damaged, width)
         return found
 
     def put(self, items: Iterable[tuple[bytes, list]]) -> None:
@@ -230,6 +259,14 @@ class AnswerStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _answer(value, width: int) -> list[float] | None:
+    """A stored value as `width` probabilities, or None if it is not one (damaged or planted)."""
+    if not isinstance(value, bytes) or len(value) != 8 * width:
+        return None
+    answer = array("d", value).tolist()
+    return answer if all(0.0 <= p <= 1.0 for p in answer) else None  # NaN is neither
 
 
 def _max_bytes() -> int:

@@ -100,6 +100,12 @@ class Session:
                 self.peers[model].answers = self.answers
             return self.peers[model]
 
+    def changed(self) -> bool:
+        """Whether its model's files, or a peer's, changed since they were loaded (model/identity.py)."""
+        with self.peers_lock:
+            peers = list(self.peers.values())
+        return self.loaded.changed() or any(p.changed() for p in peers)
+
     @property
     def context(self) -> int:
         return self.loaded.config.max_position
@@ -161,7 +167,7 @@ class Session:
     @staticmethod
     def known(store: AnswerStore, keys: list[list[bytes]], touch: bool = True) -> list[list[float | None]]:
         """Per document, each stored answer's single value (a P(yes)), or None."""
-        found = store.get([k for row in keys for k in row], touch)
+        found = store.get([k for row in keys for k in row], 1, touch)
         return [[found[k][0] if k in found else None for k in row] for row in keys]
 
     def _asked(self, docs: list[list[int]], questions, threshold, reuse, retain=None, progress=None, bias=None,
@@ -195,7 +201,7 @@ class Session:
         """run_classify, with the answers the store holds and keeping the new ones."""
         store = self._store(reuse)
         keys = self.classify_keys(q, label_tokens, docs, calibration) if store is not None else None
-        found = store.get(keys) if keys else {}
+        found = store.get(keys, len(label_tokens)) if keys else {}
         result, stats = run_classify(self.engine, docs, q, label_tokens, _reuse(reuse), _retain(retain), progress,
                                      [found.get(k) for k in keys] if keys else None)
         if keys:

@@ -41,3 +41,55 @@ def _exited(pid: int) -> bool:
         return os.waitpid(pid, os.WNOHANG)[0] == pid
     except ChildProcessError:  # already reaped by subprocess's own clean-up
         return True
+
+
+def test_a_local_worker_whose_model_changed_in_place_is_replaced_before_it_answers_again(tiny_model_dir, tmp_path,
+                                                                                         monkeypatch):
+    """Weights edited in place, size and mtime kept: the running worker takes no more jobs and
+    stops, and the next task's ensure_local_worker starts one on the new weights, whose answers
+    are the new weights' (compared with a session that loads them afresh, fp32, 1e-4)."""
+    import math
+
+    import pytest
+
+    from quail.planner.plan import plan
+    from quail.planner.specs import OperatorSpec
+    from quail.reuse import Reuse
+    from quail.session import Session
+    from quail.worker.client import WorkerClient, WorkerLost
+    from quail.worker.jobs import Identity
+    from quail.worker.local import ensure_local_worker, stop_local_workers
+    from tests.edits import copy_model, scale_tensor_in_place
+
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
+    model = copy_model(tiny_model_dir, tmp_path / "model")
+    texts = ["The striker scored twice.", "Rates rose again.", "The keeper saved a penalty."]
+    spec = OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=0.0)
+
+    def answers(client: WorkerClient, run: str) -> list[float]:
+        job, _ = client.submit(Identity("news", "sport", run), spec, plan([spec])["sport"], Reuse(),
+                               [(texts, list(range(len(texts))))])
+        assert client.wait(job, poll=0.05)["state"] == "done"
+        return client.fetch(job).column("p_yes_1").to_pylist()
+
+    try:
+        location, token = ensure_local_worker(str(model), "float32", 256)
+        old = WorkerClient(location, token)
+        before, old_answers = old.info(), answers(old, "day1")
+        [pid_file] = (tmp_path / "worker").glob("*.pid")
+        old_pid = int(pid_file.read_text())
+        scale_tensor_in_place(model, 0, 2.0)  # lm_head
+        with pytest.raises(WorkerLost, match="files changed"):
+            answers(old, "day2")
+        location, token = ensure_local_worker(str(model), "float32", 256)
+        new = WorkerClient(location, token)
+        after = new.info()
+        assert after["current"] and after["identity"] != before["identity"] and int(pid_file.read_text()) != old_pid
+        assert _exited(old_pid)
+        fresh, _ = Session.open(str(model), "float32", arena_pages=256).filter(texts, ["Is this about sport?"], 0.0,
+                                                                              reuse=False)
+        new_answers = answers(new, "day2")
+        assert all(math.isclose(a, b[0], rel_tol=1e-4) for a, b in zip(new_answers, fresh.raw_p_yes))
+        assert not all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(new_answers, old_answers))
+    finally:
+        stop_local_workers(tmp_path / "worker")

@@ -72,8 +72,8 @@ class LlamaModel:
         self.device = torch.device(device)
         self.attention = select_attention(attention, self.device)
 
-        def w(name):
-            return weights[name].to(device=self.device, dtype=dtype).contiguous()
+        def w(name):  # a copy: a tensor read from a memory-mapped file would change with the file
+            return weights[name].to(device=self.device, dtype=dtype, copy=True).contiguous()
 
         self.embed = w("model.embed_tokens.weight")
         self.lm_head = self.embed if cfg.tie_embeddings else w("lm_head.weight")

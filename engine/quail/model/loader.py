@@ -11,7 +11,7 @@ from quail.device import resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
 from quail.model.llama import LlamaModel
-from quail.model.identity import weights_digest
+from quail.model.identity import Fingerprint, digest_while, fingerprint, model_files
 from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path, installed, not_installed
 from quail.model.safetensors_loader import load_hf_dir
 from quail.model.tokenizer import Tokenizer
@@ -44,11 +44,20 @@ class LoadedModel:
     model: LlamaModel
     tokenizer: Tokenizer
     identity: str = ""  # its weights' digest, dtype and device kind (model/identity.py): what answers depend on
+    files: tuple[Path, ...] = ()  # what it was loaded from
+    loaded_from: Fingerprint = ()  # those files as they were when it loaded them
+
+    def changed(self) -> bool:
+        """Whether its files changed (or went) since it loaded them: its answers are no longer theirs."""
+        return bool(self.files) and fingerprint(list(self.files)) != self.loaded_from
 
 
-def load_weights(spec: str) -> tuple[ModelConfig, Mapping[str, torch.Tensor], Tokenizer]:
+def model_path(spec: str) -> Path:
+    return embedded_path(spec) if spec in EMBEDDED else _local_path(spec)
+
+
+def load_weights(path: Path) -> tuple[ModelConfig, Mapping[str, torch.Tensor], Tokenizer]:
     """The weights come as a mapping that reads each tensor when it is looked up."""
-    path = embedded_path(spec) if spec in EMBEDDED else _local_path(spec)
     if path.is_dir():
         return load_hf_dir(path)
     from quail.model.gguf_loader import load_gguf  # gguf only where a GGUF file is read
@@ -84,10 +93,22 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
         raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}")
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
+    path = model_path(spec)
+    files = model_files(path)
+    before = fingerprint(files)
+    digest = digest_while(path, files)
     try:
-        cfg, weights, tokenizer = load_weights(spec)
+        cfg, weights, tokenizer = load_weights(path)
+        model = LlamaModel(cfg, weights, DTYPES[dtype], device)
     except ValueError as e:
         raise QuailError(f"--model {spec}: {e}") from e
+    finally:
+        digest = digest.result()
+    if fingerprint(files) != before:
+        raise QuailError(f"--model {spec}: {path} changed while it was loading; load it again")
+    pinned = EMBEDDED[spec].sha256 if spec in EMBEDDED else None
+    if pinned is not None and digest != pinned:
+        path.unlink(missing_ok=True)
+        raise QuailError(f"assembled {spec} has sha256 {digest}, expected {pinned}; removed it, retry")
     name = spec if spec in EMBEDDED else Path(spec).name
-    identity = f"{weights_digest(spec)}:{dtype}:{device.type}"
-    return LoadedModel(name, cfg, LlamaModel(cfg, weights, DTYPES[dtype], device), tokenizer, identity)
+    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{device.type}", tuple(files), before)

@@ -1,6 +1,5 @@
 """The embedded models: GGUF files shipped inside PyPI packages, found by path, never imported."""
 
-import hashlib
 import importlib.util
 import subprocess
 import sys
@@ -45,7 +44,6 @@ EMBEDDED = {
     )
 }
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"  # the choice and its measurements: README, "Models"
-_verified: set[Path] = set()
 DTYPE_CHOICES = ["auto", "float32", "bfloat16", "float16"]  # "auto": see loader.resolve_dtype
 
 
@@ -58,11 +56,6 @@ def _package_dir(name: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def pull(name: str) -> None:
@@ -93,13 +86,7 @@ def _assemble(model: EmbeddedModel) -> Path:
                 with open(part, "rb") as f:
                     while chunk := f.read(1 << 24):
                         out.write(chunk)
-    if target not in _verified:
-        digest = _sha256(target)
-        if digest != model.sha256:
-            target.unlink()
-            raise QuailError(f"assembled {model.name} has sha256 {digest}, expected {model.sha256}; removed it, retry")
-        _verified.add(target)
-    return target
+    return target  # its digest is checked as it loads (model/loader.py)
 
 
 def embedded_path(name: str) -> Path:

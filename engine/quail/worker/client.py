@@ -14,15 +14,16 @@ from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.worker.jobs import ENDED, Identity, Submission, Window
 from quail.worker.locations import socket_path
-from quail.worker.protocol import UNKNOWN_JOB, documents_table, submit_command
+from quail.worker.protocol import MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
 
 DEFAULT_TIMEOUT = 30.0
 SUBMIT_BATCH_ROWS = 512
 
 
 class WorkerLost(QuailError):
-    """The worker does not answer, or no longer knows the job (it was restarted): a task can start
-    or wait for a worker and resubmit, where any other error is final."""
+    """The worker does not answer, no longer knows the job (it was restarted), or is stopping because
+    its model's files changed: a task can start or wait for a worker and resubmit, where any other
+    error is final."""
 
 
 class WorkerClient:
@@ -49,7 +50,7 @@ class WorkerClient:
             raise WorkerLost(f"the Quail worker at {self.location} did not answer within {self.timeout:.0f} s "
                              f"(the `timeout` setting, in the quail connection's extra)") from None
         except flight.FlightServerError as e:
-            error = WorkerLost if e.extra_info == UNKNOWN_JOB else QuailError
+            error = WorkerLost if e.extra_info in (UNKNOWN_JOB, MODEL_CHANGED) else QuailError
             raise error(f"the Quail worker: {str(e).splitlines()[0].split('. Detail: ')[0]}") from None
 
     def _action(self, name: str, body: str = ""):

@@ -81,6 +81,7 @@ class Job:
     inputs: list[tuple[list[str], list[int]]]
     content: str  # protocol.content_digest: what the job computes
     documents: str  # protocol.documents_digest: what it computes on
+    model: str = ""  # the identity of the model that computes it (LoadedModel.identity)
     id: str = field(default_factory=lambda: secrets.token_hex(16))  # a capability: only the submitter has it
     state: str = "queued"  # queued | running | done | failed | cancelled
     rows_done: int = 0
@@ -146,7 +147,7 @@ class Job:
         rate = self.rows_done / running if running else 0.0
         left = None if self.window.table_rows is None else self.window.table_rows - self.window.first_row - self.rows_done
         return {"job": self.id, "identity": asdict(self.identity), "operator": self.spec.name, "kind": self.spec.kind,
-                "content": self.content, "documents": self.documents,
+                "content": self.content, "documents": self.documents, "model": self.model,
                 "state": self.state, "rows": self.rows, "rows_done": self.rows_done,
                 "tokens_computed": self.tokens_computed,
                 "tokens_per_second": self.tokens_computed / running if running else 0.0,

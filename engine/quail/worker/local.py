@@ -21,12 +21,25 @@ from quail.worker.locations import socket_path, unix_location
 from quail.worker.tokens import new_token, read_token, write_token
 
 
-def _answers(location: str, token: str | None) -> bool:
+def _state(location: str, token: str | None) -> str | None:
+    """"current"; "stale" when its model's files changed since it loaded them (it is stopping); None
+    when it does not answer."""
     try:
-        WorkerClient(location, token, timeout=5).status()
-        return True
+        return "current" if WorkerClient(location, token, timeout=5).info()["current"] else "stale"
     except QuailError:
-        return False
+        return None
+
+
+def _answers(location: str, token: str | None) -> bool:
+    return _state(location, token) == "current"
+
+
+def _stopped(location: str, deadline: float) -> None:
+    """Waits for the worker at `location` to exit (its pid file unlocked)."""
+    while holder(pid_path(location)) is not None:
+        if time.time() > deadline:
+            raise QuailError(f"the local Quail worker at {location} did not stop in time")
+        time.sleep(0.2)
 
 
 def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None = None, device: str = "auto",
@@ -39,7 +52,8 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
 
     Concurrent callers start exactly one worker: the check and the start happen under a lock on
     the folder, and a worker still loading (its starter gone) is waited for, not doubled. A worker
-    killed while it starts is started again, until `start_timeout`."""
+    killed while it starts is started again, until `start_timeout`. One whose model's files changed
+    since it loaded them is waited for while it stops, and a new one started."""
     ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}|{device}".encode()).hexdigest()[:12]
     folder = private_folder(home() / "worker")
     sock = folder / f"{ident}.sock"
@@ -48,9 +62,14 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
     with open(folder / f"{ident}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         token = read_token(location)
-        if sock.exists() and token and _answers(location, token):
+        state = _state(location, token) if sock.exists() and token else None
+        if state == "current":
             say(f"the local Quail worker for {model} is already running ({location})")
             return location, token
+        if state == "stale":
+            say(f"the local Quail worker for {model} loaded files that have changed since; it is stopping, and "
+                f"a new one starts on the new files")
+            _stopped(location, deadline)
         require_engine("starting a local Quail worker")
         log_path = folder / f"{ident}.log"
         while True:

@@ -57,16 +57,14 @@ def documents_digest(inputs: list[tuple[list[str], list[int]]]) -> str:
     return h.hexdigest()
 
 
-def submission_digest(submission: Submission, documents: str) -> str:
-    """What a submission asks, whoever computes it: the task's key for a window it staged."""
-    return hashlib.sha256(_canonical(submission) + b"\x1f" + documents.encode()).hexdigest()
-
-
 def content_digest(submission: Submission, model: str, documents: str) -> str:
-    return hashlib.sha256(f"{submission_digest(submission, documents)}\x1f{model}".encode()).hexdigest()
+    """What a submission asks of which model (LoadedModel.identity): the worker's key for a job and
+    the task's for a window it staged."""
+    return hashlib.sha256(b"\x1f".join((_canonical(submission), model.encode(), documents.encode()))).hexdigest()
 
 
 UNKNOWN_JOB = b"quail:unknown-job"  # a Flight error's extra info: the worker does not know the job (restarted)
+MODEL_CHANGED = b"quail:model-changed"  # ... or its model's files changed since it loaded them: it is stopping
 MAX_COMMAND_BYTES = 1 << 20  # a submission's JSON; its documents travel as the Arrow table
 
 

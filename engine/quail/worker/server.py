@@ -35,7 +35,8 @@ from quail.trust import owned_file, private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
 from quail.worker.jobs import Job
 from quail.worker.locations import socket_path
-from quail.worker.protocol import UNKNOWN_JOB, content_digest, documents_digest, parse_submit, split_documents
+from quail.worker.protocol import (MODEL_CHANGED, UNKNOWN_JOB, content_digest, documents_digest, parse_submit,
+                                   split_documents)
 
 MAX_ACTION_BYTES = 256  # a job id
 
@@ -102,7 +103,8 @@ class Worker(flight.FlightServerBase):
         if sock is not None:
             os.chmod(sock, 0o600)
         self.session = session
-        self.model = f"{session.loaded.name}|{session.loaded.model.dtype}"
+        self.model = session.loaded.identity
+        self.stale = False  # its model's files changed since they were loaded: it stops
         self.ttl = ttl
         self.jobs: dict[str, Job] = {}
         self.by_identity: dict[str, list[str]] = {}  # an identity's jobs: a resubmission with other content adds one
@@ -139,9 +141,23 @@ class Worker(flight.FlightServerBase):
             job.release_inputs()
         job.cancel_requested = not job.ended
 
+    def _current(self) -> bool:
+        """Whether the model's files are still those it loaded. Once they change, its answers are
+        the old weights': it takes no more jobs and stops (after its rows in flight), and its tasks
+        resubmit to a new worker, a local one started anew, a served one restarted by its supervisor."""
+        if not self.stale and self.session.changed():
+            self.stale = True
+            print("quail worker: the model's files changed since they were loaded; stopping", file=sys.stderr,
+                  flush=True)
+            threading.Thread(target=self.shutdown, name="quail-stale", daemon=True).start()
+        return not self.stale
+
     # Flight calls
     def do_put(self, context, descriptor, reader, writer):
         self.last_call = time.time()
+        if not self._current():
+            raise flight.FlightServerError("the model's files changed since this worker loaded them; it is stopping",
+                                           extra_info=MODEL_CHANGED)
         try:
             submission = parse_submit(descriptor.command)
             inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
@@ -159,7 +175,7 @@ class Worker(flight.FlightServerBase):
                 for earlier in same:  # only its submitter knows its id (worker/protocol.py)
                     if earlier.id == submission.replaces:
                         self._cancel(earlier)
-                job = Job(submission, inputs, content, documents)
+                job = Job(submission, inputs, content, documents, self.model)
                 self.jobs[job.id] = job
                 self.by_identity.setdefault(key, []).append(job.id)
                 self.runners.submit(self._run, job)
@@ -200,7 +216,7 @@ class Worker(flight.FlightServerBase):
 
     def info(self) -> dict:
         engine = self.session.engine
-        return {"model": self.session.loaded.name, "dtype": str(engine.model.dtype).removeprefix("torch."),
+        return {"model": self.session.loaded.name, "identity": self.model, "current": self._current(), "dtype": str(engine.model.dtype).removeprefix("torch."),
                 "device": str(engine.model.device), "arena_pages": engine.plan.arena_pages,
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
                 "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size,

@@ -1,8 +1,9 @@
 """Operator inputs and outputs, written atomically.
 
-- A path ending in .parquet or .csv (outputs are Parquet), or a `file://` URI: a temporary file in
-  the same folder, then a rename (quail/atomic.py: the replaced file's mode is kept).
-- A URI such as `file:///data/x.parquet` or `s3://aws_default@bucket/x.parquet`: Airflow's
+- A path ending in .parquet or .csv (outputs are Parquet), or a `file:` or `local:` URI
+  (`file:///x`, `file:/x`, `local://x`): a temporary file in the same folder, then a rename
+  (quail/atomic.py: the replaced file's mode is kept).
+- A URI such as `s3://aws_default@bucket/x.parquet`: Airflow's
   ObjectStoragePath, with the filesystems that installed providers register. An output is written
   under a temporary name beside the target and then moved onto it; object stores publish the
   moved object whole.
@@ -14,6 +15,7 @@
   query runs read-only.
 """
 
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -130,10 +132,10 @@ def iter_source(source: str, rows: int) -> Iterator[tuple[int, pa.Table]]:
     if where is None:
         if not source.lower().endswith((".parquet", ".csv")):
             raise QuailError(f"source {source!r}: give a .parquet or .csv path or URI, or sql://CONN_ID/TABLE")
-        path = object_path(source)
-        if path is None:
-            yield from TableSource(source).windows(rows)
+        if (local := local_file(source)) is not None:
+            yield from TableSource(str(local)).windows(rows)
             return
+        path = object_path(source)
         if not path.is_file():
             raise QuailError(f"source {source!r}: no such object")
         with path.open("rb") as f:
@@ -146,7 +148,8 @@ def source_rows(source: str) -> int | None:
     """The source's row count when it is cheap to know: a local Parquet file or a SQL table."""
     where = parse_sql(source)
     if where is None:
-        return TableSource(source).num_rows() if object_path(source) is None else None
+        local = local_file(source)
+        return TableSource(str(local)).num_rows() if local is not None else None
     if where.table is None:
         return None
     try:
@@ -233,17 +236,20 @@ def target_location(target: str):
         return where
     if not target.lower().endswith(".parquet"):
         raise QuailError(f"target {target!r}: outputs are .parquet paths or URIs, or sql://CONN_ID/TABLE")
-    return object_path(target) or Path(target)
+    local = local_file(target)
+    return local if local is not None else object_path(target)
 
 
 def local_file(location: str) -> Path | None:
-    """The file on this machine that a plain path or a `file://` URI names; None for any other URI."""
-    scheme, sep, _ = location.partition("://")
-    if not sep:
-        return Path(location)
-    if scheme.lower() == "file":
+    """The file on this machine that a plain path or a `file:` or `local:` URI names (`file:///x`,
+    `file:/x`, `local://x`); None for any other URI."""
+    scheme, colon, _ = location.partition(":")
+    if colon and scheme.lower() in LOCAL_SCHEMES:
         return Path(unquote(urlsplit(location).path))
-    return None
+    return None if "://" in location else Path(location)
+
+
+LOCAL_SCHEMES = ("file", "local")
 
 
 def check_target(target: str, sources: Iterable[str] = ()):
@@ -253,7 +259,8 @@ def check_target(target: str, sources: Iterable[str] = ()):
     however it is spelt (a path, a `file://` URI, a link). Returns its location."""
     where = target_location(target)
     local, inputs = local_file(target), [p for p in map(local_file, sources) if p is not None]
-    if target in sources or (local is not None and any(same_file(local, p) for p in inputs)):
+    if target in sources or (local is not None and any(same_file(local, p) for p in inputs)) or \
+            (isinstance(where, SqlLocation) and any(_reads_table(where, s) for s in sources)):
         raise QuailError(f"target {target!r} is one of the inputs: it would be overwritten while it is read")
     if isinstance(where, SqlLocation):
         try:
@@ -264,6 +271,35 @@ def check_target(target: str, sources: Iterable[str] = ()):
     elif local is not None:
         check_writable(local, "target")
     return where
+
+
+def _database(conn_id: str) -> tuple:
+    """Which database a connection reaches, however it is named: a SQLite file by its inode, a
+    server by its backend, host, port and database."""
+    url = sql_engine(conn_id).url
+    if url.get_backend_name() == "sqlite":
+        name = url.database or ""
+        try:
+            st = Path(name).stat()
+            return "sqlite", st.st_dev, st.st_ino
+        except OSError:
+            return "sqlite", str(Path(name).resolve()) if name and name != ":memory:" else conn_id
+    return url.get_backend_name(), url.host, url.port, url.database
+
+
+def _reads_table(target: SqlLocation, source: str) -> bool:
+    """Whether a SQL source reads the target's table, however either is spelt: the same database
+    through any connection, the table's name in any case (SQLite ignores it; PostgreSQL folds
+    unquoted names), or a query that names it."""
+    where = parse_sql(source)
+    if where is None:
+        return False
+    name = target.table.rsplit(".", 1)[-1].strip('"`[]').lower()
+    if where.table is not None:
+        reads = where.table.rsplit(".", 1)[-1].strip('"`[]').lower() == name
+    else:
+        reads = re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", where.query, re.IGNORECASE) is not None
+    return reads and (where.conn_id == target.conn_id or _database(where.conn_id) == _database(target.conn_id))
 
 
 def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:

@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_quail.io import read_source, write_target
 from quail.errors import QuailError
@@ -268,3 +270,65 @@ def test_a_source_with_two_columns_of_one_name_is_refused_by_name(sqlite_conn, t
     query = f"sql://{sqlite_conn}?query=SELECT text, id AS text FROM scored"
     with pytest.raises(QuailError, match=re.escape(f"source {query!r}: more than one column is named 'text'")):
         read_source(query)
+
+
+def _spelt(draw_case, name: str) -> str:
+    return "".join(c.upper() if up else c for c, up in zip(name, draw_case))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_sql_target_that_reads_its_source_however_spelt_is_refused(sqlite_conn, tmp_path, monkeypatch, data):
+    """#33 item 8: the table's name in another case, a query over it, or a second connection to the
+    same database file: each would drop the input table."""
+    from airflow_quail.io import check_target
+
+    db = tmp_path / "news.db"
+    if not db.exists():
+        write_target(TABLE, f"sql://{sqlite_conn}/jokes")
+        (tmp_path / "link.db").symlink_to(db)
+    monkeypatch.setenv("AIRFLOW_CONN_SAME_DB", json.dumps({"conn_type": "sqlite", "host": str(tmp_path / "link.db")}))
+    monkeypatch.setenv("AIRFLOW_CONN_OTHER_DB", json.dumps({"conn_type": "sqlite", "host": str(tmp_path / "o.db")}))
+    case = data.draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    table = _spelt(data.draw(st.lists(st.booleans(), min_size=5, max_size=5)), "jokes")
+    source = data.draw(st.sampled_from([f"sql://{sqlite_conn}/{table}", f"sql://same_db/{table}",
+                                        f"sql://{sqlite_conn}?query=SELECT text FROM {table} WHERE id > 1",
+                                        f"sql://same_db?query=select * from\n{table}"]))
+    target = data.draw(st.sampled_from([sqlite_conn, "same_db"]))
+    with pytest.raises(QuailError, match="is one of the inputs"):
+        check_target(f"sql://{target}/{_spelt(case, 'jokes')}", [source])
+    check_target(f"sql://{target}/jokes_out", [source])  # another table of the same database
+    check_target(f"sql://other_db/{_spelt(case, 'jokes')}", [source])  # the same name in another database
+    assert read_source(f"sql://{sqlite_conn}/jokes").num_rows == 3
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(source_form=st.integers(0, 5), target_form=st.integers(0, 5))
+def test_a_local_target_that_is_its_source_however_spelt_is_refused(tmp_path, monkeypatch, source_form, target_form):
+    """#33 item 9: `local://`, `file:/` (one slash), `file://`, a relative path, links."""
+    from airflow_quail.io import check_target, local_file
+
+    source = tmp_path / "in.parquet"
+    if not source.exists():
+        pq.write_table(TABLE, source)
+        (tmp_path / "link.parquet").symlink_to(source)
+        os.link(source, tmp_path / "hard.parquet")
+    monkeypatch.chdir(tmp_path)
+
+    def spelt(form: int, path) -> str:
+        return [str(path), f"file://{path}", f"file:{path}", f"local://{path}", "./in.parquet",
+                str(tmp_path / "link.parquet")][form]
+
+    with pytest.raises(QuailError, match="is one of the inputs"):
+        check_target(spelt(target_form, source), [spelt(source_form, source)])
+    assert local_file(spelt(target_form, source)).resolve() == source
+    assert pq.read_table(source) == TABLE and not list(tmp_path.glob("file:*"))
+
+
+def test_a_file_uri_with_one_slash_is_written_where_it_says(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    write_target(TABLE, f"file:{tmp_path}/out/x.parquet")
+    write_target(TABLE, f"local://{tmp_path}/out/y.parquet")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.parquet", "y.parquet"]
+    assert read_source(f"file:{tmp_path}/out/x.parquet") == TABLE and not list(tmp_path.glob("file:*"))

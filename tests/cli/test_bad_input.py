@@ -272,3 +272,31 @@ def _fuzz(d: Path, make_argv, mp) -> None:
         assert set(os.listdir(d)) <= before, argv  # a refused run leaves nothing behind
     finally:
         os.chdir(cwd)
+
+
+def test_stats_never_replaces_a_device_a_fifo_the_model_or_the_pipeline_file(news, tmp_path, capsys):
+    """#33 item 7: each is refused before the model loads, and left as it was."""
+    import stat
+
+    fifo = tmp_path / "stats.fifo"
+    os.mkfifo(fifo)
+    refused(capsys, *_filter(news, tmp_path / "o.parquet", "--stats", fifo), says="is not a regular file (a FIFO)")
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    if os.geteuid() == 0:
+        null = tmp_path / "null"
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        refused(capsys, *_filter(news, tmp_path / "o.parquet", "--stats", null),
+                says="is not a regular file (a character device)")
+        assert stat.S_ISCHR(null.stat().st_mode)
+    model = tmp_path / "weights.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    argv = [a if a != "smollm2-135m" else model for a in _filter(news, tmp_path / "o.parquet", "--stats", model)]
+    refused(capsys, *argv, says=f"is a file of the model {model}, which the run never writes")
+    assert model.read_bytes() == b"GGUF" + bytes(60)
+    pipeline = tmp_path / "p.yaml"
+    text = yaml.safe_dump({"tables": {"news": str(news)}, "operators": [
+        {"name": "f", "filter": {"input": "news", "column": "text", "predicates": ["Sport?"]},
+         "output": str(tmp_path / "f.parquet"), "stats": str(pipeline)}]})
+    pipeline.write_text(text)
+    refused(capsys, "pipeline", pipeline, *MODEL, says="is the pipeline file, which the run never writes")
+    assert pipeline.read_text() == text and not (tmp_path / "o.parquet").exists()

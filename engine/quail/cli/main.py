@@ -4,10 +4,11 @@ pipeline of several operators in one engine session; manage models."""
 import argparse
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
-from quail.answer_store import AnswerStore
+from quail.answer_store import AnswerStore, default_path
 from quail.cli import band
 from quail.installed import require_engine
 from quail.cli.progress import Progress
@@ -15,6 +16,7 @@ from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_U
                              DEFAULT_PORT, DEVICE_HELP)
 from quail.errors import QuailError
 from quail.kinds import KINDS
+from quail.model.identity import model_files
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
 from quail.kinds.base import CALIBRATIONS
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
@@ -261,7 +263,6 @@ def _worker(args) -> None:
                   f"{job['tokens_per_second']:,.0f} tok/s  computed {stats.get('tokens_computed', job['tokens_computed']):,}"
                   + _whole_table(job))
         return
-    import signal
 
     require_engine("`quail worker serve`")
     import torch
@@ -342,7 +343,7 @@ def run(argv=None) -> int:
     runner.check_inputs()
     if not explain:
         runner.check_outputs(*(("output", "stats", "review_output") if args.command in ("pipeline", "explain")
-                               else ("--output", "--stats", "--review-output")))
+                               else ("--output", "--stats", "--review-output")), kept=_kept(args, pipeline))
     for spec in pipeline.specs:
         if spec.cascade is not None:
             if spec.cascade.model == pipeline.model:
@@ -372,7 +373,24 @@ def run(argv=None) -> int:
     return 0
 
 
+def _kept(args, pipeline) -> dict[str, str]:
+    """The files a run reads and must never write: the pipeline file, the models' files, the answer store."""
+    kept = {str(default_path()): "the answer store"}
+    if args.command == "pipeline":
+        kept[args.pipeline] = "the pipeline file"
+    models = [pipeline.model] + [s.cascade.model for s in pipeline.specs if s.cascade is not None]
+    for model in models:
+        if model not in EMBEDDED and Path(model).exists():
+            kept |= {str(f): f"a file of the model {model}" for f in model_files(Path(model))}
+    return kept
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # so that cleanup runs: temporary files go, no output is replaced
+
+
 def main(argv=None) -> None:
+    signal.signal(signal.SIGTERM, _terminated)  # `quail worker serve` sets its own
     try:
         sys.exit(run(argv))
     except QuailError as e:

@@ -14,13 +14,13 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
-from quail.atomic import check_writable, same_file, write_text_atomically
+from quail.atomic import Publication, check_writable, same_file, write_text_atomically
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
@@ -72,12 +72,15 @@ class Runner:
                     source = self.source(name)
                     text_column(source.schema().empty_table(), column, source.name, self.on_null)
 
-    def check_outputs(self, output_word: str = "output", stats_word: str = "stats",
-                      review_word: str = "review_output") -> None:
+    def check_outputs(self, output_word: str = "output", stats_word: str = "stats", review_word: str = "review_output",
+                      kept: dict[str, str] | None = None) -> None:
         """Refuses, before the model loads, an output or stats file that could not be written, an
-        output that is not Parquet, and any output or stats file that is one of the inputs or that
-        another output or stats file of the run also names."""
-        claimed = {Path(p).resolve(): None for p in self.pipeline.tables.values()}  # None: an input
+        output that is not Parquet, and any output or stats file that is one of the inputs, one of
+        the files the run keeps (`kept`: path -> what it is, such as the model's files and the
+        pipeline file), or that another output or stats file of the run also names."""
+        claimed = {Path(p).resolve(): "one of the inputs: it would be overwritten while it is read"
+                   for p in self.pipeline.tables.values()}
+        claimed |= {Path(p).resolve(): f"{what}, which the run never writes" for p, what in (kept or {}).items()}
         for spec in self.pipeline.specs:
             where = f"operator {spec.name!r}: " if len(self.pipeline.specs) > 1 else ""
             files = [(output_word, spec.output), (stats_word, self.pipeline.stats.get(spec.name)),
@@ -90,11 +93,9 @@ class Runner:
                     continue
                 for p, what in claimed.items():
                     if same_file(path, p):
-                        raise QuailError(f"{where}{word} {path} is one of the inputs: it would be overwritten while "
-                                         f"it is read" if what is None else
-                                         f"{where}{word} {path} is also {what}: one would overwrite the other")
+                        raise QuailError(f"{where}{word} {path} is {what}")
                 check_writable(path, f"{where}{word}")
-                claimed[Path(path).resolve()] = f"{where}{word} {path}"
+                claimed[Path(path).resolve()] = f"also {where}{word} {path}: one would overwrite the other"
 
     def _table_of(self, plan: Plan, name: str) -> str | None:
         """The table whose rows reach operator or table `name` through filters and classifies; none
@@ -179,8 +180,8 @@ class Runner:
             check_budget(name, p, self.budgets.get(name), "max_tokens" if name in self.pipeline.budgets else
                          "--max-tokens")
         partners = self._partners(plan) if as_run else {}
-        runs = []
-        with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch:
+        runs, publication = [], Publication()
+        with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch, _published(publication):
             for group in groups:
                 targets = {s.name: s.output or os.path.join(scratch, f"{s.name}.parquet") for s in group}
                 if group[0].name in as_run:
@@ -191,26 +192,26 @@ class Runner:
                                         predicted)
                 else:
                     predict_window = None
-                done = self._chain(session, group, plan, reuse, progress, targets, predict_window)
+                done = self._chain(session, group, plan, reuse, progress, targets, publication, predict_window)
                 for spec in group:
-                    self.outputs[spec.name] = targets[spec.name]
                     session.engine.consumed(spec.name)
                     rows_out, stats, escalated = done[spec.name]
                     predicted[spec.name].add(escalated)
                     run = OperatorRun(spec, rows_out, stats, predicted[spec.name])
                     if spec.name in self.pipeline.stats:
-                        write_stats(self.pipeline.stats[spec.name], run, session, plan)
+                        write_stats(self.pipeline.stats[spec.name], run, session, plan, publication)
                     runs.append(run)
         order = [s.name for s in plan.specs]
         return sorted(runs, key=lambda r: order.index(r.spec.name))
 
     def _chain(self, session: Session, group: list[OperatorSpec], plan: Plan, reuse: Reuse, progress: Callable,
-               targets: dict[str, str], predict_window: Callable[[Window], None] | None = None,
-               ) -> dict[str, tuple[int, Stats, Prediction]]:
+               targets: dict[str, str], publication: Publication,
+               predict_window: Callable[[Window], None] | None = None) -> dict[str, tuple[int, Stats, Prediction]]:
         """Each operator's rows written, accounting, and predicted share of a cascade's larger model
         (known once each window's answers are). The head reads its table in windows; each consumer
         is fed its producer's output window as soon as it is written. `predict_window`, if given,
-        sees each of the head's windows before it is computed."""
+        sees each of the head's windows before it is computed. Outputs and reviews replace their
+        targets when the run's publication is published; later chains read them where they lie."""
         head, consumers = group[0], group[1:]
         first, *others = (self.source(name) for name in head.inputs)
         fed = {c.name: Windowed(c, f"operator {c.inputs[0]!r}", [(s.read_all(), s.name) for s in
@@ -234,9 +235,10 @@ class Runner:
             return WindowDone(table.num_rows, counted, stats, escalated), sink.write(table)
 
         with ExitStack() as stack:
-            sinks = {s.name: stack.enter_context(OutputSink(targets[s.name])) for s in group}
-            reviews = {s.name: stack.enter_context(OutputSink(self.pipeline.reviews[s.name])) for s in group
-                       if s.name in self.pipeline.reviews}
+            sinks = {s.name: stack.enter_context(OutputSink(targets[s.name], publication if s.output else None))
+                     for s in group}
+            reviews = {s.name: stack.enter_context(OutputSink(self.pipeline.reviews[s.name], publication))
+                       for s in group if s.name in self.pipeline.reviews}
 
             def step(window: Window) -> WindowDone:
                 if predict_window is not None:
@@ -260,6 +262,7 @@ class Runner:
                                        max_tokens=self.budgets.get(head.name))}
             totals |= {c.name: fed[c.name].finish() for c in consumers}
         for spec in group:
+            self.outputs[spec.name] = str(sinks[spec.name].written)
             if seen[spec.name][0]:
                 SelectivityStore().record(spec.fingerprint(), *seen[spec.name])
         return {s.name: (sinks[s.name].rows, totals[s.name].stats, totals[s.name].predicted) for s in group}
@@ -294,8 +297,19 @@ def chains(specs: tuple[OperatorSpec, ...], tables: set[str]) -> list[list[Opera
     return groups
 
 
-def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan) -> None:
+def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan, publication: Publication) -> None:
     doc = {"operator": run.spec.name, "command": run.spec.kind, "model": session.loaded.name,
            "plan_hash": plan.hash, "rows_out": run.rows_out} | run.stats.to_dict()
     doc["predicted"] = run.predicted.rounded()
-    write_text_atomically(path, json.dumps(doc, indent=2))
+    write_text_atomically(path, json.dumps(doc, indent=2), publication)
+
+
+@contextmanager
+def _published(publication: Publication) -> Iterator[None]:
+    """A run's outputs, stats and reviews change together: all when it ends, none when it fails."""
+    try:
+        yield
+    except BaseException:
+        publication.discard()
+        raise
+    publication.publish()

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from quail.atomic import replaced_atomically, writing
+from quail.atomic import Publication, replaced_atomically, writing
 from quail.errors import QuailError
 from quail.pipeline.tables import unique_columns
 
@@ -87,17 +87,25 @@ class OutputSink:
     """Windows of an output table into a temporary Parquet file beside `path`, which replaces `path`
     on a clean exit and is removed on any error: a failed run leaves the old output whole."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, publication: Publication | None = None):
+        """publication: the output replaces `path` when that is published, and until then lies,
+        complete, at `written`."""
         self.path = Path(path)
         if self.path.suffix.lower() == ".csv":
             raise QuailError(f"--output {path}: outputs are Parquet files")
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None
+        self._publication = publication
 
     def __enter__(self) -> "OutputSink":
-        self._replacing = replaced_atomically(self.path)
+        self._replacing = replaced_atomically(self.path, self._publication)
         self._tmp = self._replacing.__enter__()
         return self
+
+    @property
+    def written(self) -> Path:
+        """Where the complete output lies once the sink is closed."""
+        return self._tmp if self._publication is not None else self.path
 
     def write(self, table: pa.Table) -> pa.Table:
         """Appends the table, cast to the output's schema (its first table's); returns it as written."""

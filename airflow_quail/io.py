@@ -133,7 +133,7 @@ def iter_source(source: str, rows: int) -> Iterator[tuple[int, pa.Table]]:
         if not source.lower().endswith((".parquet", ".csv")):
             raise QuailError(f"source {source!r}: give a .parquet or .csv path or URI, or sql://CONN_ID/TABLE")
         if (local := local_file(source)) is not None:
-            yield from TableSource(str(local)).windows(rows)
+            yield from TableSource(local, source).windows(rows)
             return
         path = object_path(source)
         if not path.is_file():
@@ -149,7 +149,7 @@ def source_rows(source: str) -> int | None:
     where = parse_sql(source)
     if where is None:
         local = local_file(source)
-        return TableSource(str(local)).num_rows() if local is not None else None
+        return TableSource(local, source).num_rows() if local is not None else None
     if where.table is None:
         return None
     try:

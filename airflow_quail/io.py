@@ -116,7 +116,7 @@ def object_path(uri: str, readable: bool = True):
     try:
         path = ObjectStoragePath(uri)
         if readable:
-            path.fs
+            _ = path.fs  # raises ValueError when no filesystem is registered for the scheme
     except ValueError as e:
         raise QuailError(f"{uri!r}: {e}; install the Airflow provider for {scheme}://") from None
     return path
@@ -336,7 +336,8 @@ def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
             c.execute(sa.text(f"ALTER TABLE {quote(temp)} RENAME TO {quote(where.table)}"))
     except sa.exc.SQLAlchemyError as e:
         why = str(getattr(e, "orig", e)).splitlines()[0]
-        hint = "; drop or change the views that depend on it first" if "view" in why.lower() or "depend" in why.lower() else ""
+        views = "view" in why.lower() or "depend" in why.lower()
+        hint = "; drop or change the views that depend on it first" if views else ""
         raise QuailError(f"target {target!r}: the table was left as it was: {why}{hint}") from None
 
 

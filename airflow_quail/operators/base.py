@@ -24,8 +24,15 @@ from quail.kinds.settings import Settings
 from quail.pipeline.config import check_review
 from quail.pipeline.explain import describe_run
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
-from quail.pipeline.windows import (OperatorDone, Window, WindowDone, check_budget, check_max_tokens,
-                                    check_window_rows, drive)
+from quail.pipeline.windows import (
+    OperatorDone,
+    Window,
+    WindowDone,
+    check_budget,
+    check_max_tokens,
+    check_window_rows,
+    drive,
+)
 from quail.planner.plan import OperatorPlan, Plan, plan
 from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec

@@ -117,6 +117,6 @@ class LLMJoinOperator(BaseLLMOperator):
         return JoinSettings.parse({"left": self.left, "right": self.right, "left_column": self.left_column,
                                    "right_column": self.right_column, "condition": self.condition,
                                    "right_name": self.right_name, "threshold": self.threshold, "top_k": self.top_k,
-                                   "calibration": self.calibration, "cascade": self.cascade}, f"task {self.task_id!r}").spec(self.task_id,
-                                                                                                   self.target)
+                                   "calibration": self.calibration, "cascade": self.cascade},
+                                  f"task {self.task_id!r}").spec(self.task_id, self.target)
 

@@ -51,7 +51,8 @@ def workers_html(workers: list[dict]) -> str:
                     f"<td>{used:,}</td><td>{i['retained_pages']:,}</td><td>{i['free_pages']:,}</td>"
                     f"<td class='l'>{jobs or '<span class=muted>idle</span>'}</td></tr>")
     return ("<table><tr><th class='l'>worker</th><th class='l'>model</th><th class='l'>device</th><th>arena pages</th>"
-            "<th>used</th><th>retained</th><th>free</th><th class='l'>jobs running</th></tr>" + "".join(rows) + "</table>")
+            "<th>used</th><th>retained</th><th>free</th><th class='l'>jobs running</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def runs_html(runs: list[dict]) -> str:
@@ -100,8 +101,8 @@ def predicted_html(tasks: dict[str, dict]) -> str:
         p, s = m.get("predicted"), m["stats"]
         if p is None:
             continue
-        cells = "".join(f"<td>{count(p, k):,}</td><td>{count(s, k):,}</td><td>{_deviation(count(p, k), count(s, k))}</td>"
-                        for k in parts)
+        cells = "".join(f"<td>{count(p, k):,}</td><td>{count(s, k):,}</td>"
+                        f"<td>{_deviation(count(p, k), count(s, k))}</td>" for k in parts)
         rows.append(f"<tr><td class='l'>{escape(name)}</td>{cells}</tr>")
     if not rows:
         return "<p class='muted'>No prediction was kept for these tasks.</p>"

@@ -10,19 +10,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from quail.answer_store import AnswerStore, answer_key
+from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
-from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.executor.stats import Stats
-from quail.model.loader import LoadedModel, load_model
-from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 from quail.kinds.base import CALIBRATIONS
 from quail.kinds.join import pair_room
+from quail.kinds.words import DEFAULT_QUESTION, SECOND
+from quail.model.loader import LoadedModel, load_model
+from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 from quail.ops.calibration import CONTENT_FREE, column_means, labels_given, yes_given
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
-from quail.kinds.words import DEFAULT_QUESTION, SECOND
 from quail.ops.prompts import PromptLayout
 from quail.reuse import Retain, Reuse
 

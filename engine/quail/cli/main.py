@@ -10,15 +10,20 @@ from pathlib import Path
 
 from quail.answer_store import AnswerStore, default_path
 from quail.cli import band
-from quail.installed import require_engine
 from quail.cli.progress import Progress
-from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
-                             DEFAULT_PORT, DEVICE_HELP)
+from quail.constants import (
+    DEFAULT_CUDA_MAX_BATCH_TOKENS,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_PORT,
+    DEVICE_HELP,
+)
 from quail.errors import QuailError
+from quail.installed import require_engine
 from quail.kinds import KINDS
+from quail.kinds.base import CALIBRATIONS
 from quail.model.identity import model_files
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
-from quail.kinds.base import CALIBRATIONS
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.worker.locations import unix_location
@@ -159,7 +164,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
     w.add_argument("--no-answer-store", action="store_true", help="keep no answers across jobs and restarts")
-    w.add_argument("--max-jobs", type=at_least(1), default=8, help="jobs computed at once, batched into the same passes")
+    w.add_argument("--max-jobs", type=at_least(1), default=8,
+                   help="jobs computed at once, batched into the same passes")
 
     a = sub.add_parser("answers", help="the answer store: what it holds, or empty it")
     a.add_argument("action", choices=["stats", "clear"])
@@ -260,7 +266,8 @@ def _worker(args) -> None:
             stats = job["stats"] or {}
             print(f"{job['ref'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
                   f"{job['identity']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "
-                  f"{job['tokens_per_second']:,.0f} tok/s  computed {stats.get('tokens_computed', job['tokens_computed']):,}"
+                  f"{job['tokens_per_second']:,.0f} tok/s  "
+                  f"computed {stats.get('tokens_computed', job['tokens_computed']):,}"
                   + _whole_table(job))
         return
 

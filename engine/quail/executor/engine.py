@@ -6,12 +6,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from quail.constants import (DEFAULT_CUDA_MAX_BATCH_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
-                             PAGE_SIZE)
+from quail.constants import (
+    DEFAULT_CUDA_MAX_BATCH_TOKENS,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_BATCH_TOKENS,
+    PAGE_SIZE,
+)
 from quail.cost import retention
 from quail.cost.model import CostModel
 from quail.device import synchronize
-from quail.executor.timing import calibrated
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.memory import ArenaSizing, plan_memory
 from quail.executor.model_runner import ModelRunner
@@ -19,11 +22,11 @@ from quail.executor.program import Program
 from quail.executor.retention_pool import RetentionPool
 from quail.executor.scheduler import Scheduler
 from quail.executor.stats import Stats
+from quail.executor.timing import calibrated
 from quail.kv import KVArena, PageArena
 from quail.model.llama import LlamaModel
 from quail.planner.prefix_tree import PrefixTree
 from quail.reuse import Reuse
-
 
 
 def default_max_batch_tokens(device: torch.device) -> int:

@@ -39,7 +39,8 @@ class ArenaSizing:
         gib = 1 << 30
         return (f"{self.device}: {self.memory_free / gib:.1f} of {self.memory_total / gib:.1f} GiB free after "
                 f"{self.weights_bytes / gib:.2f} GiB of weights; activation reserve {self.reserve_bytes / gib:.2f} "
-                f"GiB; arena {self.arena_pages:,} pages ({self.arena_pages * self.page_bytes / gib:.2f} GiB, {self.rule})")
+                f"GiB; arena {self.arena_pages:,} pages "
+                f"({self.arena_pages * self.page_bytes / gib:.2f} GiB, {self.rule})")
 
 
 def size_arena(memory: DeviceMemory, *, gpu: bool, weights_bytes: int, reserve_bytes: int, page_bytes: int,
@@ -54,7 +55,8 @@ def size_arena(memory: DeviceMemory, *, gpu: bool, weights_bytes: int, reserve_b
         if arena_pages < 1:
             raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")
         if arena_pages * page_bytes > budget:
-            raise QuailError(f"--arena-pages {arena_pages:,}: {arena_pages * page_bytes / (1 << 30):.2f} GiB of KV does "
+            raise QuailError(f"--arena-pages {arena_pages:,}: "
+                             f"{arena_pages * page_bytes / (1 << 30):.2f} GiB of KV does "
                              f"not fit the {max(budget, 0) / (1 << 30):.2f} GiB {where} has for it "
                              f"({utilization:.0%} of {memory.free / (1 << 30):.2f} GiB free, less the activation "
                              f"reserve); at most {max(budget, 0) // page_bytes:,} pages")

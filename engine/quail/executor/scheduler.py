@@ -28,6 +28,7 @@ from quail.executor.retention_pool import RetentionPool
 from quail.executor.stats import Stats
 from quail.planner.prefix_tree import PrefixTree
 
+
 @dataclass(eq=False)
 class _Active:
     group: Group

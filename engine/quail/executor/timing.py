@@ -57,7 +57,7 @@ def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
         if context:
             runner.run([Chunk(seq, tokens[:context], [])])
 
-        def one_pass():
+        def one_pass(seq=seq, context=context, n=n):
             runner.run([Chunk(seq, tokens[context : context + n], [n - 1])])
             cache.rewind(seq, context)
 

@@ -90,7 +90,9 @@ def _device_meta(meta) -> dict[str, torch.Tensor]:
         table = np.zeros((len(meta.page_tables), width), dtype=np.int32)
         for i, t in enumerate(meta.page_tables):
             table[i, : len(t)] = t
-        as_t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(meta.device)
+        def as_t(a):
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(meta.device)
+
         cached = {"table": as_t(table), "q_start": as_t(meta.q_start), "q_len": as_t(meta.q_len),
                   "k_len": as_t(meta.k_len), "max_q": int(meta.q_len.max())}
         meta._triton = cached

@@ -2,13 +2,21 @@
 of rows that passed the previous one)."""
 
 import argparse
-
 from typing import ClassVar
 
 from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
-from quail.kinds.settings import (Calibration, CascadeSetting, Count, Flag, Name, Number, Settings, Texts,
-                                  cascade_from_args)
+from quail.kinds.settings import (
+    Calibration,
+    CascadeSetting,
+    Count,
+    Flag,
+    Name,
+    Number,
+    Settings,
+    Texts,
+    cascade_from_args,
+)
 from quail.planner.guarantee import METRICS
 from quail.planner.prefix_tree import stem
 from quail.planner.specs import OperatorSpec

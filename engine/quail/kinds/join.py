@@ -6,8 +6,7 @@ from typing import ClassVar
 
 from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
-from quail.kinds.settings import (Calibration, CascadeSetting, Count, Name, Number, Settings, Texts,
-                                  cascade_from_args)
+from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Number, Settings, Texts, cascade_from_args
 from quail.kinds.words import ANCHOR, partner_name
 from quail.planner.guarantee import METRICS
 from quail.planner.prefix_tree import stem

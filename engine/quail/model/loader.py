@@ -10,8 +10,8 @@ import torch
 from quail.device import resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
-from quail.model.llama import LlamaModel
 from quail.model.identity import Fingerprint, digest_while, fingerprint, model_files
+from quail.model.llama import LlamaModel
 from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path, installed, not_installed
 from quail.model.safetensors_loader import load_hf_dir
 from quail.model.tokenizer import Tokenizer

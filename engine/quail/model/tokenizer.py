@@ -42,8 +42,9 @@ def tokenizer_from_gguf_fields(tokens: list[str], token_types: list[int], merges
         tk.normalizer = normalizers.NFC()
     tk.pre_tokenizer = _pre_tokenizer(pre)
     tk.decoder = decoders.ByteLevel()
-    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, token_types) if k == _CONTROL])
-    tk.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, token_types) if k == _USER_DEFINED])
+    typed = list(zip(tokens, token_types))
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, k in typed if k == _CONTROL])
+    tk.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in typed if k == _USER_DEFINED])
     return tk
 
 
@@ -76,7 +77,7 @@ class Tokenizer:
             return list(self._short(text))
         return self._tk.encode(text, add_special_tokens=False).ids
 
-    @functools.lru_cache(maxsize=256)
+    @functools.lru_cache(maxsize=256)  # noqa: B019 (a tokenizer lives as long as its process)
     def _short(self, text: str) -> tuple[int, ...]:
         """A question, a label, a heading: encoded again for every window of a run."""
         return tuple(self._tk.encode(text, add_special_tokens=False).ids)

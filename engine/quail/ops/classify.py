@@ -5,8 +5,6 @@ label that begins another is scored as the answer that stops there (ops/answers.
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.reuse import Reuse
-from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
@@ -14,6 +12,7 @@ from quail.kinds.base import OperatorTokens
 from quail.kinds.classify import Classify
 from quail.ops.answers import label_probabilities, label_scores
 from quail.ops.stored import credit_stored, merge
+from quail.reuse import Retain, Reuse
 
 
 @dataclass

@@ -8,8 +8,6 @@ the document's KV when it fails or nothing later needs it.
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.reuse import Reuse
-from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
@@ -18,6 +16,7 @@ from quail.ops.chain import calibrated, decided, passed
 from quail.ops.prompts import AnswerTokens
 from quail.ops.stored import credit_stored, merge
 from quail.planner.prefix_tree import stem
+from quail.reuse import Retain, Reuse
 
 
 @dataclass

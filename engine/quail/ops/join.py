@@ -4,8 +4,6 @@ computed once; each partner plus the condition is added on a fork of it, scored,
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.reuse import Reuse
-from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
@@ -13,6 +11,7 @@ from quail.ops.answers import p_yes
 from quail.ops.prompts import AnswerTokens
 from quail.ops.stored import credit_stored, merge
 from quail.planner.prefix_tree import stem
+from quail.reuse import Retain, Reuse
 
 
 @dataclass
@@ -29,8 +28,8 @@ def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, 
         seq = seq or Seq()
         head = anchor + partners[0][:common]
         if len(seq) < len(head):
-            yield [Extend(seq, head[len(seq):], n_document=max(len(anchor) - len(seq), 0) + min(common, n_partner_doc[0]),
-                          prompt=False)]
+            n_document = max(len(anchor) - len(seq), 0) + min(common, n_partner_doc[0])
+            yield [Extend(seq, head[len(seq):], n_document=n_document, prompt=False)]
         probs = []
         for lo in range(0, len(partners), fanout):
             wave = range(lo, min(lo + fanout, len(partners)))
@@ -94,7 +93,8 @@ def run_join(
         todo = [i for i in range(len(anchors)) if i not in answered]
         result, stats = run_join(engine, [anchors[i] for i in todo], partner_docs, condition, answers, reuse, retain,
                                  progress)
-        credit_stored(stats, [(len(anchors[i]) + len(p) + len(condition), None) for i in answered for p in partner_docs])
+        credit_stored(stats, [(len(anchors[i]) + len(p) + len(condition), None)
+                              for i in answered for p in partner_docs])
         if progress is not None:
             progress(len(answered), 0)
         return JoinResult(merge(len(anchors), answered, result.p_yes), set(answered)), stats

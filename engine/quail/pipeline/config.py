@@ -23,10 +23,11 @@ from pathlib import Path
 import yaml
 
 from quail.errors import QuailError
-from quail.model.registry import DEFAULT_MODEL
 from quail.kinds import KINDS
+from quail.model.registry import DEFAULT_MODEL
 from quail.pipeline.windows import check_max_tokens
 from quail.planner.specs import OperatorSpec
+
 
 @dataclass
 class Pipeline:

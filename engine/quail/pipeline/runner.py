@@ -28,8 +28,8 @@ from quail.kinds import kind_of
 from quail.pipeline.compute import compute, parts, predict, predict_escalated
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
-from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, drive
 from quail.pipeline.tables import text_column
+from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, drive
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
 from quail.planner.specs import OperatorSpec
@@ -185,7 +185,7 @@ class Runner:
             for group in groups:
                 targets = {s.name: s.output or os.path.join(scratch, f"{s.name}.parquet") for s in group}
                 if group[0].name in as_run:
-                    predicted |= {s.name: Prediction() for s in group}
+                    predicted.update({s.name: Prediction() for s in group})
 
                     def predict_window(window: Window, group=group) -> None:
                         _predict_window(session, plan, group, window.inputs[0][0], window.k, partners, self.truncate,

@@ -58,7 +58,8 @@ class TableSource:
         try:
             return read()
         except (pa.ArrowInvalid, OSError) as e:
-            raise QuailError(f"input {self.name}: not a readable {'CSV' if self.csv else 'Parquet'} file: {e}") from None
+            form = "CSV" if self.csv else "Parquet"
+            raise QuailError(f"input {self.name}: not a readable {form} file: {e}") from None
 
     def windows(self, rows: int) -> Iterator[tuple[int, pa.Table]]:
         """(first row number, table) for consecutive windows of `rows` rows; at least one, maybe empty."""

@@ -10,9 +10,9 @@ import json
 from dataclasses import asdict, dataclass, replace
 
 from quail.errors import QuailError
-from quail.planner import retention
 from quail.kinds import KINDS
 from quail.kinds.settings import check_operator_name
+from quail.planner import retention
 from quail.planner.specs import OperatorSpec
 
 

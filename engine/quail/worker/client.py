@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quail.errors import QuailError
-from quail.trust import owned_file
 from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Submission, Window
 from quail.worker.locations import socket_path
 from quail.worker.protocol import MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command

@@ -11,7 +11,6 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
 
-
 ENDED = ("done", "failed", "cancelled")  # a job in one of these states never changes again
 CHARS_PER_TOKEN = 4  # English text with a BPE vocabulary, for a job's load before it is tokenized
 LOST = "lost"  # not a job's state: a trigger's report that the worker no longer answers, or knows the job
@@ -145,7 +144,8 @@ class Job:
     def status(self) -> dict:
         running = (self.finished or time.time()) - self.started if self.started else 0.0
         rate = self.rows_done / running if running else 0.0
-        left = None if self.window.table_rows is None else self.window.table_rows - self.window.first_row - self.rows_done
+        w = self.window
+        left = None if w.table_rows is None else w.table_rows - w.first_row - self.rows_done
         return {"job": self.id, "identity": asdict(self.identity), "operator": self.spec.name, "kind": self.spec.kind,
                 "content": self.content, "documents": self.documents, "model": self.model,
                 "state": self.state, "rows": self.rows, "rows_done": self.rows_done,

@@ -103,7 +103,7 @@ def parse_submit(command: bytes) -> Submission:
         raise QuailError(f"a malformed job submission: window {w} or identity {i} holds a negative row or index")
     submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.dag_plan, c.replaces, c.predict_only)
     try:
-        submission.dag_plan  # the entry must belong to the plan
+        _ = submission.dag_plan  # the entry must belong to the plan
     except QuailError as e:
         raise QuailError(f"a malformed job submission: {e}") from None
     spec = c.spec

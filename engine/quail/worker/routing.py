@@ -28,7 +28,9 @@ class Route:
 
 def hash_order(workers: Sequence[str], run: str) -> tuple[str, ...]:
     """The workers by their weight for this run, highest first."""
-    weight = lambda w: hashlib.sha256(f"{run}\x1f{w}".encode()).digest()
+    def weight(w: str) -> bytes:
+        return hashlib.sha256(f"{run}\x1f{w}".encode()).digest()
+
     return tuple(sorted(dict.fromkeys(workers), key=weight, reverse=True))
 
 

@@ -27,16 +27,22 @@ import pyarrow.flight as flight
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.kinds import KINDS
-from quail.runtime import runtime_of
 from quail.pipeline.compute import compute, parts, predict, predict_escalated
 from quail.planner.predict import Prediction
+from quail.runtime import runtime_of
 from quail.session import Session
 from quail.trust import owned_file, private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
 from quail.worker.jobs import Job
 from quail.worker.locations import socket_path
-from quail.worker.protocol import (MODEL_CHANGED, UNKNOWN_JOB, content_digest, documents_digest, parse_submit,
-                                   split_documents)
+from quail.worker.protocol import (
+    MODEL_CHANGED,
+    UNKNOWN_JOB,
+    content_digest,
+    documents_digest,
+    parse_submit,
+    split_documents,
+)
 
 MAX_ACTION_BYTES = 256  # a job id
 
@@ -162,7 +168,7 @@ class Worker(flight.FlightServerBase):
             submission = parse_submit(descriptor.command)
             inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
         except QuailError as e:
-            raise flight.FlightServerError(str(e))
+            raise flight.FlightServerError(str(e)) from None
         documents = documents_digest(inputs)
         content = content_digest(submission, self.model, documents)
         key = submission.identity.key
@@ -216,8 +222,9 @@ class Worker(flight.FlightServerBase):
 
     def info(self) -> dict:
         engine = self.session.engine
-        return {"model": self.session.loaded.name, "identity": self.model, "current": self._current(), "dtype": str(engine.model.dtype).removeprefix("torch."),
-                "device": str(engine.model.device), "arena_pages": engine.plan.arena_pages,
+        return {"model": self.session.loaded.name, "identity": self.model, "current": self._current(),
+                "dtype": str(engine.model.dtype).removeprefix("torch."), "device": str(engine.model.device),
+                "arena_pages": engine.plan.arena_pages,
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
                 "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size,
                 "queued_tokens": sum(j.queued_tokens for j in list(self.jobs.values())),

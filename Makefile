@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 WHEELS := engine/quail/model/wheels
 
-.PHONY: test test-fast demo ui stop bench bench-full constraints clean docker-check
+.PHONY: test test-fast lint demo ui stop bench bench-full constraints clean docker-check
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,17 +20,28 @@ $(VENV)/.model-%: $(VENV)/.installed
 	touch $@
 
 test: $(VENV)/.installed $(VENV)/.docker-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Everything that loads no model and deploys no Airflow: the planner, the kinds, I/O, the arena, the
 # layers. About a minute on 2 cores.
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not model and not deployment and not heavy"
 
+$(VENV)/.lint-tools: $(VENV)/.installed
+	$(PIP) install -q -c constraints.txt ruff mypy
+	touch $@
+
+# ruff and mypy, configured in pyproject.toml.
+lint: $(VENV)/.lint-tools
+	$(VENV)/bin/ruff check engine airflow_quail
+	$(VENV)/bin/mypy
+
 AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/out/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW_CONN_QUAIL_DEMO_DB='{"conn_type": "sqlite", "host": "$(CURDIR)/out/quail_demo.db"}'
 
+# The jokes DAG on DEMO_ROWS of its 180 jokes: a few minutes on 2 cores with the default 1.5B model.
+DEMO_ROWS ?= 24
 demo: $(VENV)/.model-qwen2.5-coder-1.5b
 	$(VENV)/bin/quail filter examples/news.csv --text-column text \
 		--predicate "Is this article about sport?" \
@@ -40,12 +51,13 @@ demo: $(VENV)/.model-qwen2.5-coder-1.5b
 	$(VENV)/bin/quail explain examples/pipeline.yaml
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > out/airflow-migrate.log
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags reserialize > out/airflow-reserialize.log
-	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test quail_jokes > out/airflow-dags-test.log 2>&1 \
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test quail_jokes -c '{"rows": $(DEMO_ROWS)}' > out/airflow-dags-test.log 2>&1 \
 		|| (tail -40 out/airflow-dags-test.log; exit 1)
-	@echo "quail_jokes through Airflow (airflow dags test; a local worker, SQLite metadata and data):"
+	@echo "quail_jokes through Airflow on $(DEMO_ROWS) jokes (airflow dags test; a local worker, SQLite metadata and data):"
 	@cat out/dags/report.txt
 	@echo "The local worker keeps the model and its KV arena (about 9 GB for the 1.5B) for 10 idle minutes, for the"
-	@echo "next DAG run; '.venv/bin/quail worker stop' stops it now."
+	@echo "next DAG run; '.venv/bin/quail worker stop' stops it now. 'make ui' serves Airflow with the Quail page"
+	@echo "on http://127.0.0.1:$(UI_PORT) ('make stop' stops it)."
 
 # Airflow on 127.0.0.1 for the demo's home (out/airflow), with one run of quail_jokes (UI_ROWS jokes)
 # whose task logs the UI shows; prints the URL, the user and the password. `make stop` stops it all.

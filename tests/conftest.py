@@ -1,13 +1,39 @@
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# The worker extra: a test module that needs one of these is skipped, by name, where only the provider is
+# installed (`make test-fast` runs the pure layers with the provider alone).
+_WORKER_EXTRA = frozenset({"torch", "transformers", "gguf", "tokenizers", "safetensors", "triton", "accelerate"})
+
+
+def _missing_worker_package(error: BaseException | None) -> str | None:
+    while error is not None:
+        if isinstance(error, ModuleNotFoundError) and (error.name or "").partition(".")[0] in _WORKER_EXTRA:
+            return error.name
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def pytest_make_collect_report(collector):
+    if not isinstance(collector, pytest.Module):
+        return None
+    try:
+        collector.obj  # noqa: B018 (imports the module)
+    except collector.CollectError as e:
+        if (name := _missing_worker_package(e)) is not None:
+            reason = f"needs {name}, from the worker extra (pip install 'airflow-quail[worker]')"
+            return pytest.CollectReport(collector.nodeid, "skipped", (str(collector.path), None, reason), [])
+    except Exception:
+        pass  # pytest's own collection reports it
+    return None
 
 
 def tiny_hf_model(arch: str = "llama", seed: int = 0, **overrides):
     """A small random-weight transformers model of the given architecture (the reference)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
@@ -27,12 +53,14 @@ def tiny_hf_model(arch: str = "llama", seed: int = 0, **overrides):
     return model
 
 
-def quail_from_hf(hf_model, dtype=torch.float32):
+def quail_from_hf(hf_model, dtype=None):
+    import torch
+
     from quail.model.config import ModelConfig
     from quail.model.llama import LlamaModel
 
     cfg = ModelConfig.from_hf(hf_model.config.to_dict())
-    return LlamaModel(cfg, dict(hf_model.state_dict()), dtype=dtype)
+    return LlamaModel(cfg, dict(hf_model.state_dict()), dtype=dtype or torch.float32)
 
 
 @pytest.fixture(scope="session")

@@ -46,8 +46,11 @@ def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
         assert stats[task]["tokens_reused"]["retention"] > 0, task  # KV the tech task computed
     for s in stats.values():
         assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
-    assert (tmp_path / "out1" / "report.txt").read_text().splitlines()[1].split()[:3] == \
-           ["tech", str(JOKES), str(len(outputs["1"]["tech"]))]
+    report = (tmp_path / "out1" / "report.txt").read_text().splitlines()
+    assert report[1].split()[:3] == ["tech", str(JOKES), str(len(outputs["1"]["tech"]))]
+    computed, naive = (sum(s[k] for s in stats.values()) for k in ("tokens_computed", "tokens_naive"))
+    assert report[1 + len(JOKES_TASKS)] == (f"reuse saved {1 - computed / naive:.0%} of the tokens: {computed:,} "
+                                            f"computed where calling the model per row would compute {naive:,}")
     run_id = worker_jobs(tmp_path)[0]["identity"]["run_id"]
     page = _quail_page(env, f"/quail/api/runs/quail_jokes/{run_id}")
     assert set(page["tasks"]) == set(JOKES_TASKS)  # the Quail page reads the tasks' XCom manifests

@@ -30,7 +30,7 @@ def main():
 
     from quail.runtime.cascade import cascade_filter
     from quail.planner.band import band_for
-    from quail.planner.specs import Cascade
+    from quail.specs import Cascade
     from quail.session import Session
 
     dev, heldout = read("filter.csv", "dev", None), read("filter.csv", "heldout", None)

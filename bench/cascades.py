@@ -37,7 +37,7 @@ def main():
     args = ap.parse_args()
 
     from quail.answer_store import AnswerStore
-    from quail.planner.specs import Cascade
+    from quail.specs import Cascade
     from quail.runtime.cascade import cascade_classify, cascade_filter, cascade_join
     from quail.session import Session
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.csv as pacsv
 
 from quail.planner.plan import plan
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.client import WorkerClient

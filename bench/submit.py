@@ -13,7 +13,7 @@ from pathlib import Path
 from quail.executor.engine import PhysicalPlan
 from quail.model.loader import load_model
 from quail.planner.plan import plan
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.client import WorkerClient

@@ -20,7 +20,7 @@ from quail.model.loader import load_model
 from quail.planner.band import decides
 from quail.planner.guarantee import choose
 from quail.planner.plan import plan
-from quail.planner.specs import Cascade, OperatorSpec
+from quail.specs import Cascade, OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.client import WorkerClient

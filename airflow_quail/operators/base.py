@@ -35,8 +35,8 @@ from quail.pipeline.windows import (
 )
 from quail.planner.plan import OperatorPlan, Plan, plan
 from quail.planner.predict import Prediction
-from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost
 from quail.worker.jobs import LOST, Identity, Submission, job_ref
 from quail.worker.jobs import Window as JobWindow

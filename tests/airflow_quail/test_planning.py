@@ -104,7 +104,7 @@ def test_a_dag_whose_operators_cascade_is_planned_with_their_cascades():
 
     from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
     from airflow_quail.planning import dag_plan
-    from quail.planner.specs import Cascade
+    from quail.specs import Cascade
 
     with DAG("cascades", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
         kept = LLMFilterOperator(task_id="kept", source="/tmp/in.parquet", text_column="text", predicates=["Q?"],

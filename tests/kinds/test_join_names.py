@@ -13,7 +13,7 @@ from quail.cli.main import main
 from quail.kinds.join import partner
 from quail.kinds.words import partner_name
 from quail.ops.prompts import PromptLayout
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from tests.cli.test_bad_input import MODEL, refused
 
 

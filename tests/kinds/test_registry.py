@@ -12,7 +12,7 @@ from quail.kinds import KINDS
 from quail.kinds.base import OperatorKind
 from quail.kinds.settings import Settings
 from quail.planner.plan import plan
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from quail.runtime import RUNTIMES
 from quail.runtime.base import KindRuntime
 

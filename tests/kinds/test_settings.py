@@ -9,7 +9,7 @@ from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.kinds.filter import FilterSettings
 from quail.kinds.settings import check_operator_name
-from quail.planner.specs import Cascade, OperatorSpec
+from quail.specs import Cascade, OperatorSpec
 
 
 def test_a_pipeline_mapping_and_the_same_settings_elsewhere_give_one_spec():

@@ -11,7 +11,7 @@ import pytest
 
 from quail.cli.main import main
 from quail.pipeline.runner import chains
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 
 def _spec(name, kind, inputs, column="text", **kw):

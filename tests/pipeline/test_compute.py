@@ -7,7 +7,7 @@ from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
 from quail.pipeline.compute import compute
 from quail.planner.plan import plan
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
 

@@ -9,7 +9,7 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.pipeline.windows import WindowDone, check_window_rows, drive
 from quail.planner.predict import Prediction
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 SPEC = OperatorSpec("f", "filter", ("t",), ("text",), ("Q?",), limit=5)
 

@@ -4,7 +4,7 @@ import pytest
 from quail.errors import QuailError
 from quail.planner.plan import plan
 from quail.planner.retention import PRIOR
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 
 def _pipeline():

@@ -9,8 +9,8 @@ from quail.ops.prompts import AnswerTokens
 from quail.planner.plan import plan
 from quail.kinds.base import OperatorTokens
 from quail.planner.predict import predict
-from quail.planner.prefix_tree import stem
-from quail.planner.specs import OperatorSpec
+from quail.prefix_tree import stem
+from quail.specs import OperatorSpec
 
 ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
 

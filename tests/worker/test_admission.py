@@ -19,7 +19,7 @@ import pytest
 
 from quail.errors import QuailError
 from quail.planner.plan import plan
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.worker.client import WorkerClient
 from quail.worker.jobs import Identity, Submission

@@ -8,7 +8,7 @@ from quail.answer_store import AnswerStore
 from quail.executor.engine import PhysicalPlan
 from quail.pipeline.compute import compute
 from quail.planner.plan import plan
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.ahead import consumers_ahead

@@ -53,7 +53,7 @@ def test_a_local_worker_whose_model_changed_in_place_is_replaced_before_it_answe
     import pytest
 
     from quail.planner.plan import plan
-    from quail.planner.specs import OperatorSpec
+    from quail.specs import OperatorSpec
     from quail.reuse import Reuse
     from quail.session import Session
     from quail.worker.client import WorkerClient, WorkerLost

@@ -10,7 +10,8 @@ import pyarrow as pa
 from quail.errors import QuailError
 from quail.pipeline.stream import TableSource
 from quail.pipeline.tables import text_column
-from quail.planner.guarantee import METRICS, answer, choose
+from quail.planner.guarantee import answer, choose
+from quail.specs import METRICS
 
 TRUE, FALSE = {"yes", "true", "1"}, {"no", "false", "0"}
 

@@ -25,7 +25,7 @@ from quail.executor.stats import Stats
 from quail.executor.timing import calibrated
 from quail.kv import KVArena, PageArena
 from quail.model.llama import LlamaModel
-from quail.planner.prefix_tree import PrefixTree
+from quail.prefix_tree import PrefixTree
 from quail.reuse import Reuse
 
 

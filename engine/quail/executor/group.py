@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from quail.executor.program import Outcome, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats, StepStats
-from quail.planner.prefix_tree import PrefixTree
+from quail.prefix_tree import PrefixTree
 
 
 @dataclass(eq=False)

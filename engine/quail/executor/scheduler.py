@@ -26,7 +26,7 @@ from quail.executor.model_runner import Chunk, ModelRunner
 from quail.executor.program import Outcome, Program, ProgramGen, Reads
 from quail.executor.retention_pool import RetentionPool
 from quail.executor.stats import Stats
-from quail.planner.prefix_tree import PrefixTree
+from quail.prefix_tree import PrefixTree
 
 
 @dataclass(eq=False)

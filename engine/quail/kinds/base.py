@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from quail.errors import QuailError
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 CALIBRATIONS = ("auto", "none", "contextual")  # auto: the model's own (model/registry.py)
 

@@ -9,7 +9,7 @@ from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Settings, Text, cascade_from_args
 from quail.kinds.words import DEFAULT_QUESTION
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 
 def _labels(value) -> tuple[tuple[str, ...], tuple[str, ...]]:

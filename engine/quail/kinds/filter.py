@@ -17,9 +17,8 @@ from quail.kinds.settings import (
     Texts,
     cascade_from_args,
 )
-from quail.planner.guarantee import METRICS
-from quail.planner.prefix_tree import stem
-from quail.planner.specs import OperatorSpec
+from quail.prefix_tree import stem
+from quail.specs import METRICS, OperatorSpec
 
 
 class FilterSettings(Settings):

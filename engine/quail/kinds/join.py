@@ -8,9 +8,8 @@ from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Number, Settings, Texts, cascade_from_args
 from quail.kinds.words import ANCHOR, partner_name
-from quail.planner.guarantee import METRICS
-from quail.planner.prefix_tree import stem
-from quail.planner.specs import OperatorSpec
+from quail.prefix_tree import stem
+from quail.specs import METRICS, OperatorSpec
 
 
 def pair_room(context: int, condition: int) -> int:

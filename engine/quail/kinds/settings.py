@@ -9,7 +9,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valida
 
 from quail.errors import QuailError
 from quail.kinds.base import CALIBRATIONS
-from quail.planner.specs import Cascade, OperatorSpec
+from quail.specs import Cascade, OperatorSpec
 
 
 def check_operator_name(name: str) -> None:

@@ -15,7 +15,7 @@ from quail.ops.answers import p_yes
 from quail.ops.chain import calibrated, decided, passed
 from quail.ops.prompts import AnswerTokens
 from quail.ops.stored import credit_stored, merge
-from quail.planner.prefix_tree import stem
+from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
 
 

@@ -10,7 +10,7 @@ from quail.executor.stats import Stats
 from quail.ops.answers import p_yes
 from quail.ops.prompts import AnswerTokens
 from quail.ops.stored import credit_stored, merge
-from quail.planner.prefix_tree import stem
+from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
 
 

@@ -9,10 +9,10 @@ from quail.executor.stats import Stats
 from quail.kinds import kind_of
 from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.predict import Prediction, predict_calibration, predict_fresh, predict_operator
-from quail.planner.specs import OperatorSpec
 from quail.reuse import Retain, Reuse
 from quail.runtime import runtime_of
 from quail.session import Session
+from quail.specs import OperatorSpec
 
 
 def retain_for(op: OperatorPlan, scope: str = "") -> Retain:

@@ -26,7 +26,7 @@ from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL
 from quail.pipeline.windows import check_max_tokens
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 
 @dataclass

@@ -32,10 +32,10 @@ from quail.pipeline.tables import text_column
 from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, drive
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
-from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.runtime import runtime_of
 from quail.session import Session
+from quail.specs import OperatorSpec
 
 
 @dataclass

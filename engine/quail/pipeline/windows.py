@@ -13,8 +13,8 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.pipeline.tables import text_column
 from quail.planner.predict import Prediction
-from quail.planner.specs import OperatorSpec
 from quail.runtime import runtime_of
+from quail.specs import OperatorSpec
 
 
 @dataclass(frozen=True)

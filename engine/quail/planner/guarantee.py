@@ -24,7 +24,8 @@ table as far as that window is like the rest of it."""
 import math
 from dataclasses import asdict, dataclass, fields
 
-METRICS = ("accuracy", "precision", "recall")
+from quail.specs import METRICS
+
 GRID = tuple(round(1 - i / 200, 3) for i in range(101))  # 1.0, 0.995, ... 0.5: confidence thresholds
 
 

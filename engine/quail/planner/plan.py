@@ -13,7 +13,7 @@ from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.kinds.settings import check_operator_name
 from quail.planner import retention
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 
 @dataclass(frozen=True)

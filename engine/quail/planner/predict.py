@@ -13,8 +13,8 @@ from quail.constants import MECHANISMS
 from quail.kinds import kind_of
 from quail.kinds.base import OperatorTokens
 from quail.planner.plan import OperatorPlan, Plan
-from quail.planner.prefix_tree import PrefixTree
 from quail.planner.retention import lineages
+from quail.prefix_tree import PrefixTree
 
 
 @dataclass

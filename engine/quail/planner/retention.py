@@ -8,7 +8,7 @@ probability that the document passes the filters that stand between the two.
 from dataclasses import dataclass
 
 from quail.kinds import KINDS
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 PRIOR = 0.5  # selectivity of a filter never run before: Laplace's rule with no observations
 

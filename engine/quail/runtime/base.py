@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.kinds.base import OperatorKind
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
     from quail.executor.stats import Stats

@@ -16,9 +16,9 @@ from quail.ops.filter import FilterResult
 from quail.ops.join import JoinResult
 from quail.planner.band import decides
 from quail.planner.guarantee import choose, choose_labels
-from quail.planner.specs import Cascade
 from quail.reuse import Retain
 from quail.session import Session
+from quail.specs import Cascade
 
 
 def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predicates: list[str], threshold: float,

@@ -15,8 +15,8 @@ import pyarrow as pa
 
 from quail.kinds import kind_of
 from quail.planner.plan import Plan
-from quail.planner.specs import OperatorSpec
 from quail.runtime import runtime_of
+from quail.specs import OperatorSpec
 
 
 def consumers_ahead(plan: Plan, spec: OperatorSpec) -> list[OperatorSpec]:

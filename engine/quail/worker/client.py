@@ -9,8 +9,8 @@ import pyarrow.flight as flight
 
 from quail.errors import QuailError
 from quail.planner.plan import OperatorPlan, Plan
-from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.specs import OperatorSpec
 from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Submission, Window
 from quail.worker.locations import socket_path

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 
 from quail.planner.plan import OperatorPlan, Plan
-from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.specs import OperatorSpec
 
 ENDED = ("done", "failed", "cancelled")  # a job in one of these states never changes again
 CHARS_PER_TOKEN = 4  # English text with a BPE vocabulary, for a job's load before it is tokenized

@@ -26,8 +26,8 @@ from pydantic import TypeAdapter, ValidationError
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.planner.plan import OperatorPlan, Plan
-from quail.planner.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.specs import OperatorSpec
 from quail.worker.jobs import Identity, Submission, Window
 
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])

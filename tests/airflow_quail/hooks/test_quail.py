@@ -10,7 +10,7 @@ import pytest
 
 from airflow_quail.hooks.quail import QuailHook
 from quail.planner.plan import plan
-from quail.planner.specs import OperatorSpec
+from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.worker.jobs import Identity
 

@@ -209,7 +209,7 @@ def test_a_filter_takes_a_cascade_and_a_malformed_one_names_the_parameter(tmp_pa
     import pytest
     from airflow.exceptions import AirflowException
 
-    from quail.planner.specs import Cascade
+    from quail.specs import Cascade
 
     op = LLMFilterOperator(task_id="sport", source=NEWS, text_column="text", target=str(tmp_path / "o.parquet"),
                            predicates=["Is this about sport?"],

@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quail.planner.prefix_tree import PrefixTree, common_prefix
+from quail.prefix_tree import PrefixTree, common_prefix
 
 
 def test_seed_example_three_prefixes_of_one_trace():

@@ -4,6 +4,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+METRICS = ("accuracy", "precision", "recall")  # what a cascade's target may bound
+
 
 @dataclass(frozen=True)
 class Cascade:

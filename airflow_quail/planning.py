@@ -60,7 +60,7 @@ def _planned(task, planned: dict):
     if is_quail(type(task)):
         return task
     cls = getattr(task, "operator_class", None)
-    if not is_quail(cls):
+    if cls is None or not is_quail(cls):
         return None
     kwargs = {k: v for k, v in task.partial_kwargs.items() if k not in ("inlets", "outlets")}
     for key, value in task.expand_input.value.items():

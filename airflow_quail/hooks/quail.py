@@ -135,7 +135,7 @@ class QuailHook(BaseHook):
 
 
 def _loads(workers: list[str], token: str | None) -> dict[str, dict | str]:
-    loads = {}
+    loads: dict[str, dict | str] = {}
     for location in workers:
         try:
             loads[location] = _client(location, token).info()

@@ -8,6 +8,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from airflow.configuration import conf
 from airflow.exceptions import AirflowException
@@ -38,7 +39,7 @@ from quail.planner.predict import Prediction
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost
-from quail.worker.jobs import LOST, Identity, Submission, job_ref
+from quail.worker.jobs import LOST, Identity, JobState, Submission, job_ref
 from quail.worker.jobs import Window as JobWindow
 from quail.worker.protocol import content_digest, documents_digest
 
@@ -82,7 +83,7 @@ class BaseLLMOperator(BaseOperator):
     :param quail_plan: the operator's plan entry, set by the provider's planning policy (templated)
     :param window_rows: rows of the first input read, computed and staged at a time
     :param ahead: whether the worker may compute this operator's answers ahead, in the jobs of the
-        operator whose output it reads (README, "The answer store"): by default when it surely runs
+        operator whose output it reads (docs/design.md#the-answer-store): by default when it surely runs
         after it (trigger rule all_success, no branch above it); True or False to say so
     :param max_tokens: the tokens the task may compute; by default the connection's extra `max_tokens`,
         else none. A plan that predicts more is refused before anything is submitted (the task first
@@ -94,7 +95,7 @@ class BaseLLMOperator(BaseOperator):
     :param cascade: ``{"model": NAME, "band": [LOW, HIGH]}``: the rows (a join's pairs) whose
         probability lies inside the band are answered again by this larger model, in the same worker;
         or ``{"model": NAME, "target": {"precision": 0.95}, "delta": 0.05}``: the band is chosen in the
-        run, on the first window, for that target (README, "A cascade with a guarantee")
+        run, on the first window, for that target (docs/design.md#a-cascade-with-a-guarantee)
     :param review_output: with a cascade, where the rows inside its band go, with every column and
         probability, for a person to review: a path or URI, or sql://CONN_ID/TABLE (templated)
 
@@ -182,7 +183,8 @@ class BaseLLMOperator(BaseOperator):
             budget = self._budget(run)
             if budget is not None and ended is None:
                 check_budget(self.task_id, self._predicted(run, spec, source, others), budget)
-            started, staged, ahead = time.monotonic(), [], {}
+            started, staged = time.monotonic(), []
+            ahead: dict[str, dict[str, int]] = {}
 
             def step(window: Window) -> WindowDone:
                 record = self._window(run, window, ended)
@@ -230,7 +232,7 @@ class BaseLLMOperator(BaseOperator):
                                        window.inputs, JobWindow(window.offset, run.total_rows, window.last), run.plan,
                                        predict_only=True)
             status = run.client.wait(job)
-            if status["state"] != "done":
+            if status["state"] != JobState.DONE:
                 raise QuailError(f"predicting window {window.k}: {status['state']}: {status['error']}")
             return WindowDone(0, 0, Stats(), Prediction.from_dict(status["predicted"]))
 
@@ -312,9 +314,9 @@ class BaseLLMOperator(BaseOperator):
         return run.client.wait(job, on_progress=self._progress_log())
 
     def _stage(self, run: "_TaskRun", status: dict, window: Window, digest: str) -> dict:
-        if status["state"] == "cancelled" and not getattr(self, "killed", False):  # the worker is stopping
+        if status["state"] == JobState.CANCELLED and not getattr(self, "killed", False):  # the worker is stopping
             raise WorkerLost(f"Quail job {job_ref(status['job'])} was cancelled on the worker (it is stopping)")
-        if status["state"] != "done":
+        if status["state"] != JobState.DONE:
             raise AirflowException(f"Quail job {job_ref(status['job'])} {status['state']}: {status['error']}")
         if status.get("model") != run.model:
             raise AirflowException(f"window {window.k} was computed by another model ({status.get('model')}) than "
@@ -339,7 +341,7 @@ class BaseLLMOperator(BaseOperator):
 
     def _progress_log(self, every: float = 5.0):
         """Logs a job's progress when its state changes, and otherwise at most every `every` seconds."""
-        last = {"state": None, "at": 0.0}
+        last: dict[str, Any] = {"state": None, "at": 0.0}
 
         def log(s: dict) -> None:
             now = time.monotonic()

@@ -8,8 +8,9 @@ from airflow.plugins_manager import AirflowPlugin
 class QuailPlugin(AirflowPlugin):
     name = "quail"
 
+    # A property, so that only the api-server, which reads it, imports the app; Airflow declares a list.
     @property
-    def fastapi_apps(self):
+    def fastapi_apps(self):  # type: ignore[override]
         from airflow_quail.plugins.app import app
 
         return [{"app": app, "url_prefix": "/quail", "name": "Quail"}]

@@ -5,6 +5,7 @@ Pure functions of plain data, so they are tested without a server."""
 from html import escape
 
 from quail.constants import MECHANISMS
+from quail.worker.jobs import JobState
 
 COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "prefix": "#9bbb59", "retention": "#8064a2", "answers": "#f79646"}
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}h1{font-size:1.4rem;overflow-wrap:anywhere}
@@ -43,7 +44,7 @@ def workers_html(workers: list[dict]) -> str:
     for w in workers:
         i = w["info"]
         used = i["arena_pages"] - i["free_pages"]
-        running = [j for j in w["jobs"] if j["state"] in ("queued", "running")]
+        running = [j for j in w["jobs"] if j["state"] in (JobState.QUEUED, JobState.RUNNING)]
         jobs = "<br>".join(f"{escape(j['identity']['dag_id'])}/{escape(j['identity']['task_id'])}: "
                            f"{j['rows_done']}/{j['rows']} rows, {j['tokens_per_second']:,.0f} tok/s" for j in running)
         rows.append(f"<tr><td class='l'>{escape(w['location'])}</td><td class='l'>{escape(i['model'])}</td>"

@@ -218,16 +218,19 @@ class AnswerStore:
 
     def _bound(self) -> None:
         """Forgets the least recently used answers while the store is larger than max_bytes."""
+        db = self._db
+        if db is None:
+            return
         while (size := self.size()) > self.max_bytes:
-            count = self._db.execute("SELECT count(*) FROM answers").fetchone()[0]
+            count = db.execute("SELECT count(*) FROM answers").fetchone()[0]
             if not count:
                 return
             over = max(1, int(count * (size - self.max_bytes) / size) + count // 10)
-            self._db.execute("DELETE FROM answers WHERE key IN (SELECT key FROM answers ORDER BY used LIMIT ?)",
+            db.execute("DELETE FROM answers WHERE key IN (SELECT key FROM answers ORDER BY used LIMIT ?)",
                              (over,))
             self._recent.clear()  # what it holds is the store's
-            self._db.execute("VACUUM")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # VACUUM goes through the log: empty it after
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # VACUUM goes through the log: empty it after
 
     def _failed(self, what: str, error: sqlite3.Error) -> None:
         log.warning("the answer store %s failed to %s (%s): the run goes on without it", self.path, what, error)

@@ -86,7 +86,7 @@ class Publication:
         self.pending: list[tuple[Path, Path, int | None, int]] = []  # temporary, target, mode, lock
 
     def publish(self) -> None:
-        done = []
+        done: list[str] = []
         while self.pending:
             tmp, path, mode, fd = self.pending[0]
             try:

@@ -1,6 +1,6 @@
 """The sharing plan: which documents reference which earlier document's KV pages.
 
-As the seed states it: sort documents by token sequence, compare neighbours, share only whole
+docs/design.md#prefix-sharing: sort documents by token sequence, compare neighbours, share only whole
 pages, always leave a document's last token to compute, and when the preceding document reuses
 the entire shared prefix itself, follow parent links to the document that supplies those pages.
 """
@@ -46,8 +46,8 @@ class PrefixTree:
             if n <= 0:
                 continue
             supplier = prev
-            while shared[supplier] >= n and parent[supplier] is not None:
-                supplier = parent[supplier]
+            while shared[supplier] >= n and (up := parent[supplier]) is not None:
+                supplier = up
             parent[cur], shared[cur] = supplier, n
         return cls(order, parent, shared)
 

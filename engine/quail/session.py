@@ -14,7 +14,6 @@ from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.executor.stats import Stats
-from quail.kinds.base import CALIBRATIONS
 from quail.kinds.join import pair_room
 from quail.kinds.words import DEFAULT_QUESTION, SECOND
 from quail.model.loader import LoadedModel, load_model
@@ -25,6 +24,7 @@ from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import PromptLayout
 from quail.reuse import Retain, Reuse
+from quail.specs import CALIBRATIONS
 
 
 def _reuse(reuse: bool | Reuse) -> Reuse:
@@ -175,9 +175,10 @@ class Session:
         """run_filter, with the answers the store holds and keeping the new ones."""
         store = self._store(reuse)
         keys = self.filter_keys(questions, docs, calibration) if store is not None else None
+        known = self.known(store, keys) if store is not None and keys else None
         result, stats = run_filter(self.engine, docs, questions, self.layout.answers, threshold, limit, _reuse(reuse),
-                                   _retain(retain), progress, bias, self.known(store, keys) if keys else None)
-        if keys:
+                                   _retain(retain), progress, bias, known)
+        if store is not None and keys:
             store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.stored
                       for k, p in enumerate(raw) if p is not None)
         return result, stats
@@ -201,10 +202,10 @@ class Session:
         """run_classify, with the answers the store holds and keeping the new ones."""
         store = self._store(reuse)
         keys = self.classify_keys(q, label_tokens, docs, calibration) if store is not None else None
-        found = store.get(keys, len(label_tokens)) if keys else {}
+        found = store.get(keys, len(label_tokens)) if store is not None and keys else {}
         result, stats = run_classify(self.engine, docs, q, label_tokens, _reuse(reuse), _retain(retain), progress,
                                      [found.get(k) for k in keys] if keys else None)
-        if keys:
+        if store is not None and keys:
             store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.stored)
         return result, stats
 
@@ -238,9 +239,10 @@ class Session:
         """run_join, with the answers the store holds and keeping the new ones."""
         store = self._store(reuse)
         keys = self.join_keys(cond, anchors, partners, calibration) if store is not None and partners else None
+        known = self.known(store, keys) if store is not None and keys else None
         result, stats = run_join(self.engine, anchors, partners, cond, self.layout.answers, _reuse(reuse),
-                                 _retain(retain), progress, self.known(store, keys) if keys else None)
-        if keys:
+                                 _retain(retain), progress, known)
+        if store is not None and keys:
             store.put((keys[i][j], [p]) for i, row in enumerate(result.p_yes) if i not in result.stored
                       for j, p in enumerate(row))
         return result, stats

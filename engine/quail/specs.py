@@ -5,6 +5,7 @@ import json
 from dataclasses import asdict, dataclass
 
 METRICS = ("accuracy", "precision", "recall")  # what a cascade's target may bound
+CALIBRATIONS = ("auto", "none", "contextual")  # auto: the model's own (model/registry.py)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,18 @@ class Cascade:
     def chosen(self) -> bool:
         """Whether the band is known: given, or chosen on the first window."""
         return self.low is not None
+
+    def band(self) -> tuple[float, float]:
+        """A chosen cascade's band, [low, high]."""
+        if self.low is None or self.high is None:
+            raise ValueError("the cascade's band is chosen in the run: it has none yet")
+        return self.low, self.high
+
+    def goal(self) -> tuple[str, float]:
+        """The metric and target a band is chosen for in the run."""
+        if self.metric is None or self.target is None:
+            raise ValueError("the cascade's band was given: it has no target")
+        return self.metric, self.target
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from quail.constants import (
 from quail.errors import QuailError
 from quail.installed import require_engine
 from quail.kinds import KINDS
-from quail.kinds.base import CALIBRATIONS
 from quail.model.identity import model_files
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
+from quail.specs import CALIBRATIONS
 from quail.worker.locations import unix_location
 from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
 
@@ -53,8 +53,8 @@ def at_least(low: int, high: int = 2**31 - 1):
     return parse
 
 
-def _device_options() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
+def _device_options() -> "_Parser":
+    p = _Parser(add_help=False)
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="auto: bfloat16 on a GPU or an AMX CPU, float32 on other CPUs (faster there)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
@@ -71,9 +71,9 @@ def _device_options() -> argparse.ArgumentParser:
     return p
 
 
-def _run_options() -> argparse.ArgumentParser:
+def _run_options() -> "_Parser":
     """What every command that computes operators takes: reuse switches, inputs and windows."""
-    p = argparse.ArgumentParser(add_help=False, parents=[_device_options()])
+    p = _Parser(add_help=False, parents=[_device_options()])
     p.add_argument("--no-reuse", action="store_true", help="compute every prompt from scratch (for checks)")
     p.add_argument("--no-rewind", action="store_true", help="switch chain mode (KV rewind) off")
     p.add_argument("--no-prefix-sharing", action="store_true", help="switch prefix sharing off")
@@ -92,9 +92,9 @@ def _run_options() -> argparse.ArgumentParser:
     return p
 
 
-def _single_options() -> argparse.ArgumentParser:
+def _single_options() -> "_Parser":
     """What a one-operator command (filter, classify, join) adds."""
-    p = argparse.ArgumentParser(add_help=False)
+    p = _Parser(add_help=False)
     p.add_argument("--output", help="output Parquet file (written atomically); required unless --explain")
     p.add_argument("--stats", help="write the token accounting to this JSON file")
     p.add_argument("--cascade", metavar="MODEL", help="a larger model for the rows (a join's pairs) the model is "
@@ -287,7 +287,8 @@ def _worker(args) -> None:
     # each start-up phase on its own line: the hook that started this worker logs them in the task's log
     session = _open_session(args.model, args, lambda m: print(f"quail worker: {m}", file=sys.stderr, flush=True))
     session.answers = None if args.no_answer_store else AnswerStore()
-    server = Worker(session, location, given or (token := new_token()), args.ttl, args.idle_timeout, args.max_jobs)
+    token = given or new_token()
+    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
     if not given:
         write_token(location, token)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())

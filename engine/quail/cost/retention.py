@@ -1,4 +1,4 @@
-"""What retained KV is worth, and how much of the arena retention may hold (the seed's rule)."""
+"""What retained KV is worth, and how much of the arena retention may hold (docs/design.md#kv-retention)."""
 
 
 def priority(probability_of_reuse: float, recompute_seconds: float, pages: int) -> float:

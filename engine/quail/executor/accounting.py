@@ -4,7 +4,7 @@ tokens_computed + sum(tokens_reused) == tokens_naive for every job (Stats.check)
 
 from dataclasses import dataclass, field
 
-import numpy as np
+import torch
 
 from quail.executor.program import Extend, Outcome, Reads
 from quail.executor.stats import Stats, StepStats
@@ -14,7 +14,7 @@ from quail.executor.stats import Stats, StepStats
 class Request:
     ext: Extend
     done: int = 0
-    reads: dict[int, np.ndarray] = field(default_factory=dict)
+    reads: dict[int, torch.Tensor] = field(default_factory=dict)  # log-probs by offset
 
     @property
     def remaining(self) -> int:
@@ -48,10 +48,9 @@ def settle(req: Request, stats: Stats, out: Outcome, index: int) -> Reads:
         seq.fresh, seq.credits = 0, {}
         out.naive[index].tokens_naive += total
         out.naive[index].prompts += 1
-        if (s := stats.step(ext.step)) is not None:
-            s.tokens_naive += total
-            s.prompts += 1
-            mine = out.naive_steps[index].setdefault(ext.step, StepStats())
-            mine.tokens_naive += total
-            mine.prompts += 1
+        if ext.step is not None:
+            for steps in (stats.steps, out.naive_steps[index]):
+                mine = steps.setdefault(ext.step, StepStats())
+                mine.tokens_naive += total
+                mine.prompts += 1
     return [req.reads[off][ids].numpy() for off, ids in ext.reads]

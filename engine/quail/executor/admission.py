@@ -1,5 +1,5 @@
 """The page budget admission works under: pages admitted programs may hold at once (`reserved`),
-pages pinned by holds, and pages the retention pool may lend (the seed's borrowing)."""
+pages pinned by holds, and pages the retention pool may lend (docs/design.md#borrowing)."""
 
 from collections import Counter
 
@@ -25,6 +25,8 @@ class Admission:
 
     def unhold(self, bucket: Bucket) -> None:
         seq, bucket.hold = bucket.hold, None
+        if seq is None:
+            return
         for page in seq.pages:
             self._held[page] -= 1
             if not self._held[page]:

@@ -21,7 +21,7 @@ from quail.executor.model_runner import ModelRunner
 from quail.executor.program import Program
 from quail.executor.retention_pool import RetentionPool
 from quail.executor.scheduler import Scheduler
-from quail.executor.stats import Stats
+from quail.executor.stats import Stats, StepStats
 from quail.executor.timing import calibrated
 from quail.kv import KVArena, PageArena
 from quail.model.llama import LlamaModel
@@ -97,9 +97,8 @@ class Engine:
                     first[key] = len(unique)
                 unique.append(i)
         todo = [programs[i] for i in unique]
-        docs = [p.doc for p in todo]
-        tree = (self.sharing_plan(docs) if reuse.sharing and all(d is not None for d in docs)
-                else PrefixTree.flat(len(todo)))
+        docs = [p.doc for p in todo if p.doc is not None]
+        tree = self.sharing_plan(docs) if reuse.sharing and len(docs) == len(todo) else PrefixTree.flat(len(todo))
         out = self.scheduler.run(todo, tree, stats, reuse.borrowing, progress)
         results = [None] * len(programs)
         for k, i in enumerate(unique):
@@ -109,7 +108,7 @@ class Engine:
             stats.tokens_naive += out.naive[k].tokens_naive
             stats.tokens_reused["prefix"] += out.naive[k].tokens_naive
             for name, s in out.naive_steps[k].items():
-                step = stats.step(name)
+                step = stats.steps.setdefault(name, StepStats())
                 step.tokens_naive += s.tokens_naive
                 step.prompts += s.prompts
             if progress is not None:

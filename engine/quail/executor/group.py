@@ -67,8 +67,8 @@ class Group:
         by_source: dict[tuple[int | None, int], Bucket] = {}
         for r, i in enumerate(self.tree.order):
             self.rank[i] = r
-            if self.keys[i] is not None:
-                self.first_with_key.setdefault(self.keys[i], i)
+            if (key := self.keys[i]) is not None:
+                self.first_with_key.setdefault(key, i)
             source = (self.tree.parent[i], self.tree.shared[i]) if self.tree.parent[i] is not None else (None, 0)
             if source not in by_source:
                 by_source[source] = Bucket(*source)

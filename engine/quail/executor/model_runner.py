@@ -25,8 +25,14 @@ class ModelRunner:
 
     def run(self, chunks: list[Chunk]) -> list[torch.Tensor]:
         """Returns, per chunk, fp32 log-probs [len(reads), vocab]."""
-        ids, positions, slots, rows = [], [], [], []
-        q_start, q_len, k_len, tables = [], [], [], []
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        rows: list[int] = []
+        q_start: list[int] = []
+        q_len: list[int] = []
+        k_len: list[int] = []
+        tables: list[list[int]] = []
         offset = 0
         for c in chunks:
             start = len(c.seq)

@@ -1,4 +1,4 @@
-"""Document KV kept after an operator for later compatible operators (the seed's KV retention).
+"""Document KV kept after an operator for later compatible operators (docs/design.md#kv-retention).
 
 Each entry carries its priority from cost/retention.py. The pool holds at most `capacity` pages (the
 arena minus two forward passes); a full pool, or admission borrowing pages, removes the lowest
@@ -67,7 +67,7 @@ class RetentionPool:
         those still waiting for the KV it took: another run's, over the same document), or freed.
         A sequence that holds less than the whole document is never kept."""
         probability = 0.0 if retain is None else retain.passed if passed else retain.failed
-        consumers = retain.consumers if probability > 0 else frozenset()
+        consumers = retain.consumers if retain is not None and probability > 0 else frozenset()
         key = document_key(doc)
         if key in self._claims and seq.tokens == doc:
             claimed_probability, claimed = self._claims.pop(key)

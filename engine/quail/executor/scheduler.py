@@ -23,7 +23,7 @@ from quail.executor.driver import Driver
 from quail.executor.group import Group
 from quail.executor.kv_cache import PagedKVCache
 from quail.executor.model_runner import Chunk, ModelRunner
-from quail.executor.program import Outcome, Program, ProgramGen, Reads
+from quail.executor.program import Extend, Outcome, Program, ProgramGen, Reads
 from quail.executor.retention_pool import RetentionPool
 from quail.executor.stats import Stats
 from quail.prefix_tree import PrefixTree
@@ -121,7 +121,8 @@ class Scheduler:
             if adm.short(g, i, bucket) > 0 and not adm.make_room(self.groups, g, i, bucket, bool(self.active)):
                 return
             g.take(bucket)
-            claimed = self.pool.take(g.keys[i]) if g.keys[i] else None
+            key = g.keys[i]
+            claimed = self.pool.take(key) if key else None
             start = claimed
             if claimed is None and bucket.hold is not None:
                 start = self.cache.prefix(bucket.hold, bucket.length)
@@ -146,7 +147,7 @@ class Scheduler:
             return
         for b in list(buckets):
             self.visits += 1
-            prefix = g.programs[b.head].doc[: b.length]  # every member begins with these tokens
+            prefix = (g.programs[b.head].doc or [])[: b.length]  # every member begins with these tokens
             for req in act.requests:
                 seq = req.ext.seq
                 if len(seq) >= b.length and seq.tokens[: b.length] == prefix:
@@ -213,10 +214,10 @@ class Scheduler:
     def _advance(self, act: _Active, sent: list[Reads] | None) -> bool:
         """Runs the program to its next requests; False if it raised (its group failed)."""
         g, before = act.group, self.pool.evictions
-        exts = []
+        exts: list[Extend] = []
         try:
             while not exts:  # a program may yield nothing to do (say, no multi-token labels)
-                exts = act.gen.send(sent)
+                exts = next(act.gen) if sent is None else act.gen.send(sent)
                 sent = []
         except StopIteration as stop:
             g.out.results[act.index] = stop.value

@@ -50,9 +50,9 @@ class Stats:
             mine.tokens_naive += s.tokens_naive
             mine.prompts += s.prompts
         for model, counts in other.by_model.items():
-            mine = self.by_model.setdefault(model, dict.fromkeys(counts, 0))
+            totals = self.by_model.setdefault(model, dict.fromkeys(counts, 0))
             for k, v in counts.items():
-                mine[k] += v
+                totals[k] += v
         return self
 
     def of_model(self, name: str, rows: int) -> "Stats":

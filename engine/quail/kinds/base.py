@@ -7,9 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from quail.errors import QuailError
-from quail.specs import OperatorSpec
-
-CALIBRATIONS = ("auto", "none", "contextual")  # auto: the model's own (model/registry.py)
+from quail.kinds.settings import Settings
+from quail.specs import CALIBRATIONS, OperatorSpec
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,8 @@ class Layout(Protocol):
     def pair_question(self, condition: str, name: str) -> list[int]: ...
     def partners(self, texts: list[str], name: str) -> list[list[int]]: ...
 
-    document_head: int  # the tokens of a document besides its text
+    @property
+    def document_head(self) -> int: ...  # the tokens of a document besides its text
 
 
 class OperatorKind:
@@ -40,7 +40,7 @@ class OperatorKind:
     narrows = False  # drops rows (a filter): its selectivity shapes what later operators read
     keeps_rows = True  # its output rows are its input's rows (a join's are new rows: pairs)
     anchor = "row"  # the answers' column of first-input row numbers
-    settings: type  # its pydantic settings model (kinds/settings.py), which builds its specs
+    settings: type[Settings]  # its pydantic settings model, which builds its specs
 
     # the specs: from a pipeline file, from the command line, and their checks
     def from_settings(self, name: str, body: dict, output: str | None) -> OperatorSpec:
@@ -98,7 +98,7 @@ class OperatorKind:
                 raise QuailError(f"{where}: cascade sample must be at least 1 row, got {c.sample}")
         if (c.low is None) != (c.high is None) or (c.low is None and c.target is None):
             raise QuailError(f"{where}: cascade: give a band or a target")
-        if c.low is not None and not 0.0 <= c.low <= c.high <= 1.0:
+        if c.low is not None and c.high is not None and not 0.0 <= c.low <= c.high <= 1.0:
             raise QuailError(f"{where}: cascade band [{c.low}, {c.high}] must be LOW <= HIGH within [0, 1]")
 
     # predicting it

@@ -2,7 +2,7 @@
 row's KV and rewinds past each right row); with top_k, each left row's K best right rows. Every
 pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from quail.errors import QuailError
 from quail.kinds.base import OperatorKind, OperatorTokens
@@ -38,8 +38,9 @@ class JoinSettings(Settings):
 
     def spec(self, name, output):
         return OperatorSpec(name, self.kind, (self.left, self.right), (self.left_column, self.right_column),
-                            self.condition, threshold=self.threshold, top_k=self.top_k, right_name=self.right_name,
-                            calibration=self.calibration, cascade=self.cascade, output=output)
+                            self.condition, threshold=self.threshold, top_k=self.top_k,
+                            right_name=cast("str | None", self.right_name), calibration=self.calibration,
+                            cascade=self.cascade, output=output)
 
 
 class Join(OperatorKind):

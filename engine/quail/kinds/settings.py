@@ -3,13 +3,12 @@ build specs through it, so that a setting is typed, checked and named in one pla
 name the operator and the key: `operator 'f': 'threshold' must be a number, got 'abc'`."""
 
 import unicodedata
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError, ValidationInfo
 
 from quail.errors import QuailError
-from quail.kinds.base import CALIBRATIONS
-from quail.specs import Cascade, OperatorSpec
+from quail.specs import CALIBRATIONS, Cascade, OperatorSpec
 
 
 def check_operator_name(name: str) -> None:
@@ -162,7 +161,8 @@ class Settings(BaseModel):
         parsed, before its templated settings are rendered."""
         field = cls.model_fields[key]
         try:
-            return TypeAdapter(Annotated[(field.annotation, *field.metadata)]).validate_python(value)
+            # the field's type is known only at run time: the adapter is built from it there
+            return TypeAdapter(cast(Any, Annotated)[(field.annotation, *field.metadata)]).validate_python(value)
         except ValidationError as e:
             raise QuailError(f"{where}: {cls._reason(e, {key: value})}") from None
 

@@ -91,15 +91,15 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
     """device: as `--device` takes it (quail.device.resolve_device)."""
     if dtype not in DTYPE_CHOICES:
         raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}")
-    device = resolve_device(device)
-    dtype = resolve_dtype(dtype, device)
+    on = resolve_device(device)
+    dtype = resolve_dtype(dtype, on)
     path = model_path(spec)
     files = model_files(path)
     before = fingerprint(files)
     digest = digest_while(path, files)
     try:
         cfg, weights, tokenizer = load_weights(path)
-        model = LlamaModel(cfg, weights, DTYPES[dtype], device)
+        model = LlamaModel(cfg, weights, DTYPES[dtype], on)
     except ValueError as e:
         raise QuailError(f"--model {spec}: {e}") from e
     finally:
@@ -111,4 +111,4 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
         path.unlink(missing_ok=True)
         raise QuailError(f"assembled {spec} has sha256 {digest}, expected {pinned}; removed it, retry")
     name = spec if spec in EMBEDDED else Path(spec).name
-    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{device.type}", tuple(files), before)
+    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{on.type}", tuple(files), before)

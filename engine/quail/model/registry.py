@@ -43,7 +43,7 @@ EMBEDDED = {
         ),
     )
 }
-DEFAULT_MODEL = "qwen2.5-coder-1.5b"  # the choice and its measurements: README, "Models"
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"  # the choice and its measurements: docs/models.md
 DTYPE_CHOICES = ["auto", "float32", "bfloat16", "float16"]  # "auto": see loader.resolve_dtype
 
 

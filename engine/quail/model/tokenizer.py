@@ -36,7 +36,7 @@ def _pre_tokenizer(pre: str):
 
 def tokenizer_from_gguf_fields(tokens: list[str], token_types: list[int], merges: list[str], pre: str) -> HFTokenizer:
     vocab = {t: i for i, t in enumerate(tokens)}
-    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False)
+    bpe = models.BPE(vocab=vocab, merges=[(a, b) for a, _, b in (m.partition(" ") for m in merges)], fuse_unk=False)
     tk = HFTokenizer(bpe)
     if pre == "qwen2":
         tk.normalizer = normalizers.NFC()
@@ -100,7 +100,7 @@ class Tokenizer:
                 begin_assistant=[start] + self.encode("assistant\n"),
             )
         header, header_end, eot = (self.token_id(t) for t in ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"))
-        if None not in (header, header_end, eot):
+        if header is not None and header_end is not None and eot is not None:
             def turn(role):
                 return [header] + self.encode(role) + [header_end] + self.encode("\n\n")
 

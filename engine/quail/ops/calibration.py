@@ -4,11 +4,15 @@ a placeholder) in the very same prompt measure that lean, per question, and divi
 corrects it. The content-free prompts run on the engine like any others, so calibration is a
 deterministic function of the question and the model, and reuse never changes it."""
 
+from collections.abc import Sequence
+
 CONTENT_FREE = ("N/A", "", "[N/A]")
 
 
-def column_means(rows: list[list[float]]) -> list[float]:
-    return [sum(column) / len(column) for column in zip(*rows)]
+def column_means(rows: Sequence[Sequence[float | None]]) -> list[float]:
+    """Each question's mean P(yes) over the rows that asked it."""
+    asked = [[p for p in column if p is not None] for column in zip(*rows)]
+    return [sum(column) / len(column) for column in asked]
 
 
 def yes_given(p: float, bias: float) -> float:

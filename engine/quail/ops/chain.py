@@ -16,9 +16,12 @@ def calibrated(raw: list[float], bias: list[float] | None) -> list[float]:
 def decided(raw: list[float | None], questions, threshold: float, bias) -> list[float] | None:
     """The raw P(yes) that decide a row under this threshold (chain mode stops at the first that
     fails), if the stored ones reach that far; else None."""
+    known: list[float] = []
     for k in range(len(questions)):
-        if k >= len(raw) or raw[k] is None:
+        p = raw[k] if k < len(raw) else None
+        if p is None:
             return None
-        if calibrated(raw[: k + 1], bias)[-1] < threshold:
-            return raw[: k + 1]
-    return raw[: len(questions)]
+        known.append(p)
+        if calibrated(known, bias)[-1] < threshold:
+            return known
+    return known

@@ -1,6 +1,6 @@
 """LLM filter: several yes/no predicates per document, in chain mode (KV rewind).
 
-Chain mode, as the seed states it: process the document and the first question; if it passes,
+Chain mode (docs/design.md#kv-rewind-chain-mode): process the document and the first question; if it passes,
 keep the document's KV, drop the question's, ask the next question on the same state; release
 the document's KV when it fails or nothing later needs it.
 """
@@ -104,9 +104,9 @@ def run_filter(
         merged = FilterResult(raw_p_yes=raws, stored=set(answered))
         for raw in raws:
             asked = [p for p in raw if p is not None]
-            p = calibrated(asked, bias) + [None] * (len(questions) - len(asked))
-            merged.p_yes.append(p)
-            merged.passed.append(passed(p[: len(asked)], questions, threshold))
+            p = calibrated(asked, bias)
+            merged.p_yes.append([*p, *[None] * (len(questions) - len(asked))])
+            merged.passed.append(passed(p, questions, threshold))
         return merged, stats
     longest_q = max(len(q) for q in questions)
     retain = retain if reuse.retention else None
@@ -124,10 +124,10 @@ def run_filter(
         probs, stats = engine.run(programs[lo : lo + wave], progress, reuse)
         total = stats if total is None else total.merge(stats)
         for raw in probs:
-            p, unasked = calibrated(raw, bias), [None] * (len(questions) - len(raw))
-            result.p_yes.append(p + unasked)
-            result.raw_p_yes.append(raw + unasked)
-            result.passed.append(passed(p, questions, threshold))
+            q, unasked = calibrated(raw, bias), [None] * (len(questions) - len(raw))
+            result.p_yes.append([*q, *unasked])
+            result.raw_p_yes.append([*raw, *unasked])
+            result.passed.append(passed(q, questions, threshold))
         if limit is not None and sum(result.passed) >= limit:
             break
     if total is None:

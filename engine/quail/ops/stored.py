@@ -2,6 +2,8 @@
 prompts they stand for are counted as computed from scratch would count them, and as reused by
 the `answers` mechanism, so computed + reused = naive holds with them."""
 
+from collections.abc import Mapping
+
 from quail.executor.stats import Stats
 
 
@@ -15,7 +17,7 @@ def credit_stored(stats: Stats, prompts: list[tuple[int, str | None]]) -> None:
             s.prompts += 1
 
 
-def merge(n: int, stored: dict[int, object], computed: list) -> list:
+def merge(n: int, stored: Mapping[int, object], computed: list) -> list:
     """Per row in order: its stored answer, else the next computed one (the computed rows may stop
     early, at a row limit)."""
     out, it = [], iter(computed)

@@ -109,7 +109,7 @@ def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers:
     large = session.peer(spec.cascade.model)
     cascaded = answers.column("cascaded").to_pylist()
     if kind_of(spec.kind).arity == 1:
-        asked = [([t for t, c in zip(inputs[0][0], cascaded) if c], [])]
+        asked: list[tuple[list[str], list[str]]] = [([t for t, c in zip(inputs[0][0], cascaded) if c], [])]
     else:
         (left, left_rows), (right, right_rows) = inputs
         lefts, rights = dict(zip(left_rows, left)), dict(zip(right_rows, right))

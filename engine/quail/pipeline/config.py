@@ -35,7 +35,7 @@ class Pipeline:
     specs: list[OperatorSpec]
     model: str = DEFAULT_MODEL
     stats: dict[str, str] = field(default_factory=dict)  # operator -> where its stats JSON goes
-    budgets: dict[str, int] = field(default_factory=dict)  # operator -> its max_tokens
+    budgets: dict[str, int | None] = field(default_factory=dict)  # operator -> its max_tokens
     reviews: dict[str, str] = field(default_factory=dict)  # operator -> where the rows inside its band go
 
 
@@ -103,9 +103,9 @@ def load_pipeline(path: str) -> Pipeline:
             budgets[name] = check_max_tokens(op["max_tokens"], f"operator {name!r}: max_tokens")
     names = set(tables) | {s.name for s in specs}
     for s in specs:
-        for i in s.inputs:
-            if i not in names:
-                raise QuailError(f"operator {s.name!r}: input {i!r} is neither a table nor an operator")
+        for source in s.inputs:
+            if source not in names:
+                raise QuailError(f"operator {s.name!r}: input {source!r} is neither a table nor an operator")
     pipeline = Pipeline(tables, specs, model, stats, budgets, reviews)
     check_reviews(pipeline)
     return pipeline

@@ -124,13 +124,13 @@ class Runner:
         in the context."""
         for s in plan.specs:
             kind_of(s.kind).check_room(session.layout, s, session.context, f"operator {s.name!r}")
-        specs = plan.specs if specs is None else specs
+        chosen = list(plan.specs) if specs is None else specs
         partners = self._partners(plan)
         readers: dict[tuple, list[OperatorSpec]] = {}  # the operators reading one column of a table, by window
-        for s in specs:
+        for s in chosen:
             key = (self._table_of(plan, s.inputs[0]), s.columns[0], self.fitted.get(s.name))
             readers.setdefault(key, []).append(s)
-        out = {s.name: Prediction() for s in specs}
+        out = {s.name: Prediction() for s in chosen}
         for (table, column, head), group in readers.items():
             if head is None:
                 windows = self._texts(table, column, self.window_rows)
@@ -184,14 +184,14 @@ class Runner:
         with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch, _published(publication):
             for group in groups:
                 targets = {s.name: s.output or os.path.join(scratch, f"{s.name}.parquet") for s in group}
+                predict_window: Callable[[Window], None] | None = None
                 if group[0].name in as_run:
                     predicted.update({s.name: Prediction() for s in group})
 
-                    def predict_window(window: Window, group=group) -> None:
+                    def predict_group(window: Window, group=group) -> None:
                         _predict_window(session, plan, group, window.inputs[0][0], window.k, partners, self.truncate,
                                         predicted)
-                else:
-                    predict_window = None
+                    predict_window = predict_group
                 done = self._chain(session, group, plan, reuse, progress, targets, publication, predict_window)
                 for spec in group:
                     session.engine.consumed(spec.name)
@@ -287,7 +287,8 @@ def chains(specs: tuple[OperatorSpec, ...], tables: set[str]) -> list[list[Opera
     for s in specs:
         producer = by_name.get(s.inputs[0])
         g = home.get(s.inputs[0])
-        if (producer is not None and kind_of(producer.kind).keeps_rows and producer.columns[0] == s.columns[0]
+        if (g is not None and producer is not None and kind_of(producer.kind).keeps_rows
+                and producer.columns[0] == s.columns[0]
                 and all(i in tables or home.get(i, g) < g for i in s.inputs[1:])):
             groups[g].append(s)
         else:

@@ -59,14 +59,14 @@ class OperatorDone:
     windows: int = 0
     rows_in: int = 0
     rows_out: int = 0
-    stats: Stats | None = None  # the first window's, with the others merged in (it knows the arena's size)
+    stats: Stats = field(default_factory=Stats)  # the first window's, with the others merged in (it knows the arena)
     predicted: Prediction = field(default_factory=Prediction)
 
     def add(self, rows_in: int, done: WindowDone) -> None:
         self.windows += 1
         self.rows_in += rows_in
         self.rows_out += done.rows_out
-        self.stats = done.stats if self.stats is None else self.stats.merge(done.stats)
+        self.stats = done.stats if self.windows == 1 else self.stats.merge(done.stats)
         self.predicted.add(done.predicted)
 
 
@@ -100,17 +100,16 @@ class Windowed:
         self.total.add(table.num_rows, done)
         self.counted += done.counted
         self.next_row, self.k = window.offset + table.num_rows, self.k + 1
-        if done.stats.guarantee and not self.spec.cascade.chosen:  # the band the first window chose, for the rest
+        cascade = self.spec.cascade
+        if done.stats.guarantee and cascade is not None and not cascade.chosen:  # the first window's band, for the rest
             g = done.stats.guarantee
-            self.spec = replace(self.spec, cascade=replace(self.spec.cascade, low=g["low"], high=g["high"]))
+            self.spec = replace(self.spec, cascade=replace(cascade, low=g["low"], high=g["high"]))
         if self.max_tokens is not None and (computed := self.total.stats.tokens_computed) > self.max_tokens:
             raise QuailError(f"operator {self.spec.name!r} passed its budget: {computed:,} tokens computed by "
                              f"window {window.k} (rows {window.offset}-{self.next_row - 1}), over max_tokens "
                              f"{self.max_tokens:,}; it stopped there and wrote no output")
 
     def finish(self) -> OperatorDone:
-        if self.total.stats is None:
-            self.total.stats = Stats()
         self.total.stats.rows_skipped += sum(t.num_rows - len(x) for (t, _), (x, _) in zip(self.others, self.fixed))
         return self.total
 
@@ -123,7 +122,7 @@ def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: s
     `others` (table, name) read whole; `after` sees each window once it is done. Stops with an
     error at the window where the tokens computed pass `max_tokens`."""
     op = Windowed(spec, source, others, on_null, max_tokens)
-    ahead = next(windows)
+    ahead: tuple[int, pa.Table] | None = next(windows)
     while ahead is not None:
         (offset, table), ahead = ahead, next(windows, None)
         window = op.window(table, ahead is None, offset)

@@ -134,12 +134,12 @@ def choose(metric: str, target: float, delta: float, scores: list[list[float]], 
         tau, bound, tested = _sequence(GRID, lambda t: counts_at(1 - t, t), 1 - target, delta)
         low, high = (1 - tau, tau) if tau is not None else (0.0, 1.0)
     elif metric == "precision":  # `high` coming down; nothing below it is sent on: recall is not asked
-        high, bound, tested = _sequence(GRID[1:], lambda h: counts_at(h, h), 1 - target, delta)
-        low = high = 1.0 if high is None else high
+        found, bound, tested = _sequence(GRID[1:], lambda h: counts_at(h, h), 1 - target, delta)
+        low = high = 1.0 if found is None else found
     else:  # `low` going up; nothing above it is sent on: precision is not asked
-        low, bound, tested = _sequence([round(1 - g, 3) for g in GRID[1:]], lambda lo: counts_at(lo, lo),
-                                       1 - target, delta)
-        low = high = 0.0 if low is None else low
+        found, bound, tested = _sequence([round(1 - g, 3) for g in GRID[1:]], lambda lo: counts_at(lo, lo),
+                                         1 - target, delta)
+        low = high = 0.0 if found is None else found
     return Guarantee(metric, target, delta, float(low), float(high), len(truth), tested, bound)
 
 

@@ -104,20 +104,20 @@ def predict_fresh(op: OperatorPlan, kind: str, t: OperatorTokens, page_size: int
 def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int], op: OperatorPlan, reach: float,
                 held: float, page_size: int) -> Prediction:
     """reach: the probability that a document reaches the operator; held: that it finds its KV retained."""
-    prompts, common = prompts
+    asked, common = prompts
     tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
     p = Prediction()
     for doc, shared in zip(t.docs, tree.shared):
         n = len(doc)
         doc_new = (1 - held) * (n - shared)
-        naive = sum(a * (n + extra) for a, extra in prompts)
+        naive = sum(a * (n + extra) for a, extra in asked)
         if op.chain_mode:
-            computed = doc_new + common + sum(a * (extra - common) for a, extra in prompts)
+            computed = doc_new + common + sum(a * (extra - common) for a, extra in asked)
         else:
-            computed = sum(a * (doc_new + extra) for a, extra in prompts)
+            computed = sum(a * (doc_new + extra) for a, extra in asked)
         p.tokens_naive += reach * naive
         p.tokens_computed += reach * computed
-        first = (prompts[0][0] if prompts else 0.0) if op.chain_mode else sum(a for a, _ in prompts)
+        first = (asked[0][0] if asked else 0.0) if op.chain_mode else sum(a for a, _ in asked)
         p.tokens_reused["retention"] += reach * held * n * first
         p.tokens_reused["prefix"] += reach * (1 - held) * shared * first
     p.tokens_reused["rewind"] = p.tokens_naive - p.tokens_computed - p.tokens_reused["retention"] \

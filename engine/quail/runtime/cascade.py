@@ -35,17 +35,18 @@ def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predica
     if not cascade.chosen:
         cascade, chosen = choose_band(session, cascade, texts, predicates, threshold, reuse, truncate, progress,
                                       rows, calibration)
-    result, stats = session.filter(texts, predicates, cascade.low, None, reuse, retain, truncate, progress, rows,
-                                   calibration)
+    result, stats = session.filter(texts, predicates, cascade.band()[0], None, reuse, retain, truncate, progress,
+                                   rows, calibration)
     stats.of_model(session.loaded.name, len(texts))
-    unsure = [i for i, p in enumerate(result.p_yes) if not decides(p, cascade.low, cascade.high)]
-    tokens_only = _tokens_only(progress)
-    second, more = large.filter([texts[i] for i in unsure], predicates, threshold, None, reuse, None, truncate,
-                                tokens_only, [rows[i] for i in unsure], calibration) if unsure else (None, Stats())
-    escalated = [False] * len(texts)
-    for j, i in enumerate(unsure):
-        result.p_yes[i], result.raw_p_yes[i], result.passed[i] = second.p_yes[j], second.raw_p_yes[j], second.passed[j]
-        escalated[i] = True
+    low, high = cascade.band()
+    unsure = [i for i, p in enumerate(result.p_yes) if not decides(p, low, high)]
+    escalated, more = [False] * len(texts), Stats()
+    if unsure:
+        second, more = large.filter([texts[i] for i in unsure], predicates, threshold, None, reuse, None, truncate,
+                                    _tokens_only(progress), [rows[i] for i in unsure], calibration)
+        for j, i in enumerate(unsure):
+            result.p_yes[i], result.raw_p_yes[i] = second.p_yes[j], second.raw_p_yes[j]
+            result.passed[i], escalated[i] = second.passed[j], True
     stats.merge(more.of_model(large.loaded.name, len(unsure)))
     if chosen is not None:
         stats.merge(chosen)
@@ -63,8 +64,9 @@ def choose_band(session: Session, cascade: Cascade, texts: list[str], predicates
     large = session.peer(cascade.model)
     big, big_stats = large.filter([texts[i] for i in picked], predicates, 0.0, None, reuse, None, truncate,
                                   tokens_only, [rows[i] for i in picked], calibration)
-    truth = [all(p > threshold for p in big.p_yes[j]) for j in range(len(picked))]
-    g = choose(cascade.metric, cascade.target, cascade.delta, [small.p_yes[i] for i in picked], truth)
+    truth = [all(p is not None and p > threshold for p in big.p_yes[j]) for j in range(len(picked))]
+    asked = [[p for p in small.p_yes[i] if p is not None] for i in picked]  # threshold 0 asks every predicate
+    g = choose(*cascade.goal(), cascade.delta, asked, truth)
     stats = stats.of_model(f"{session.loaded.name} (choosing the band)", len(texts))
     stats.merge(big_stats.of_model(f"{large.loaded.name} (choosing the band)", len(picked)))
     return replace(cascade, low=g.low, high=g.high), _guaranteed(stats, g)
@@ -85,11 +87,12 @@ def cascade_classify(session: Session, cascade: Cascade, texts: list[str], label
         picked = _sample(texts, cascade.sample)
         big, chosen = large.classify([texts[i] for i in picked], labels, question, reuse, None, truncate,
                                      _tokens_only(progress), [rows[i] for i in picked], calibration, descriptions)
-        g = choose_labels(cascade.target, cascade.delta, [max(result.probabilities[i]) for i in picked],
+        g = choose_labels(cascade.goal()[1], cascade.delta, [max(result.probabilities[i]) for i in picked],
                           [result.labels[i] == big.labels[j] for j, i in enumerate(picked)])
         cascade = replace(cascade, low=g.low, high=g.high)
         stats.merge(_guaranteed(chosen.of_model(f"{large.loaded.name} (choosing the band)", len(picked)), g))
-    unsure = [i for i, p in enumerate(result.probabilities) if cascade.low <= max(p) <= cascade.high]
+    low, high = cascade.band()
+    unsure = [i for i, p in enumerate(result.probabilities) if low <= max(p) <= high]
     escalated = [False] * len(texts)
     if unsure:
         second, more = large.classify([texts[i] for i in unsure], labels, question, reuse, None, truncate,
@@ -121,7 +124,8 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
         by_left: dict[int, list[int]] = {}
         for i, j in pairs:
             by_left.setdefault(i, []).append(j)
-        found, done = {}, Stats()
+        found: dict[tuple[int, int], float] = {}
+        done = Stats()
         for i, js in by_left.items():
             r, more = large.join([left[i]], [right[j] for j in js], condition, reuse, None, truncate,
                                  _tokens_only(progress), [left_rows[i]], [right_rows[j] for j in js], calibration,
@@ -134,12 +138,12 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
         every = [(i, j) for i in range(len(left)) for j in range(len(right))]
         picked = [every[k] for k in _sample(left + right, cascade.sample, len(every))]
         big, chosen = asked(picked)
-        g = choose(cascade.metric, cascade.target, cascade.delta, [[result.p_yes[i][j]] for i, j in picked],
+        g = choose(*cascade.goal(), cascade.delta, [[result.p_yes[i][j]] for i, j in picked],
                    [big[pair] >= threshold for pair in picked])
         cascade = replace(cascade, low=g.low, high=g.high)
         stats.merge(_guaranteed(chosen.of_model(f"{large.loaded.name} (choosing the band)", len(picked)), g))
-    unsure = [(i, j) for i, row in enumerate(result.p_yes) for j, p in enumerate(row)
-              if cascade.low <= p <= cascade.high]
+    low, high = cascade.band()
+    unsure = [(i, j) for i, row in enumerate(result.p_yes) for j, p in enumerate(row) if low <= p <= high]
     if unsure:
         second, more = asked(unsure)
         for (i, j), p in second.items():

@@ -41,7 +41,8 @@ class FilterRuntime(KindRuntime):
         if spec.limit is not None:  # a row limit computes every row in order
             return {}
         questions = [session.layout.yes_no_question(p) for p in spec.questions]
-        threshold, bias = (0.0, None) if probes else (spec.threshold, None)
+        threshold = 0.0 if probes else spec.threshold
+        bias: list[float] | None = None
         if not probes and session.calibrating(spec.calibration):  # the bias, from the stored probes
             asked = session.known(session.answers, session.filter_keys(questions, session.content_free(),
                                                                        spec.calibration), False)

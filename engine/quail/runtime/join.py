@@ -22,8 +22,9 @@ class JoinRuntime(KindRuntime):
             r, escalated, stats = cascade_join(session, spec.cascade, ltexts, rtexts, spec.questions[0],
                                                spec.threshold, reuse, retain, truncate, progress, lrows, rrows,
                                                spec.calibration, partner(spec))
-        pairs = [(i, j, p, rank) for i, ps in enumerate(r.p_yes)
-                 for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
+        pairs: list[tuple[int, int, float, int | None]] = [
+            (i, j, p, rank) for i, ps in enumerate(r.p_yes)
+            for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
         columns = {}
         if spec.cascade is not None:  # the pairs the larger model answered that did not match, unranked: for review
             matched = {(i, j) for i, j, _, _ in pairs}

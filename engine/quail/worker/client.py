@@ -3,6 +3,7 @@
 import json
 import time
 from collections.abc import Callable
+from typing import overload
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -45,7 +46,7 @@ class WorkerClient:
             raise QuailError(f"the Quail worker at {self.location} refused the token") from None
         except flight.FlightUnavailableError:
             raise WorkerLost(f"no Quail worker answers at {self.location}; start one with "
-                             f"`quail worker serve --model MODEL` (see README)") from None
+                             f"`quail worker serve --model MODEL` (docs/airflow.md)") from None
         except flight.FlightTimedOutError:
             raise WorkerLost(f"the Quail worker at {self.location} did not answer within {self.timeout:.0f} s "
                              f"(the `timeout` setting, in the quail connection's extra)") from None
@@ -83,7 +84,13 @@ class WorkerClient:
     def info(self) -> dict:
         return self._action("info")
 
+    @overload
+    def status(self, job_id: str) -> dict: ...
+    @overload
+    def status(self) -> list[dict]: ...
+
     def status(self, job_id: str = "") -> dict | list[dict]:
+        """One job's status, or, without an id, a listing of all jobs."""
         return self._action("status", job_id)
 
     def cancel(self, job_id: str) -> dict:

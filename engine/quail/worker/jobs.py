@@ -4,6 +4,8 @@ import hashlib
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Final
 
 import pyarrow as pa
 
@@ -11,9 +13,20 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 
-ENDED = ("done", "failed", "cancelled")  # a job in one of these states never changes again
+
+class JobState(StrEnum):
+    """A job's state on the worker; the wire carries the plain strings."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ENDED: frozenset[str] = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})  # never changes again
 CHARS_PER_TOKEN = 4  # English text with a BPE vocabulary, for a job's load before it is tokenized
-LOST = "lost"  # not a job's state: a trigger's report that the worker no longer answers, or knows the job
+LOST: Final = "lost"  # not a job's state: a trigger's report that the worker no longer answers, or knows the job
 
 
 def job_ref(job_id: str) -> str:
@@ -82,7 +95,7 @@ class Job:
     documents: str  # protocol.documents_digest: what it computes on
     model: str = ""  # the identity of the model that computes it (LoadedModel.identity)
     id: str = field(default_factory=lambda: secrets.token_hex(16))  # a capability: only the submitter has it
-    state: str = "queued"  # queued | running | done | failed | cancelled
+    state: JobState = JobState.QUEUED
     rows_done: int = 0
     tokens_computed: int = 0
     submitted: float = field(default_factory=time.time)

@@ -63,7 +63,7 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
         fcntl.flock(lock, fcntl.LOCK_EX)
         token = read_token(location)
         state = _state(location, token) if sock.exists() and token else None
-        if state == "current":
+        if state == "current" and token:
             say(f"the local Quail worker for {model} is already running ({location})")
             return location, token
         if state == "stale":
@@ -104,8 +104,8 @@ def _wait_until_up(location: str, proc: subprocess.Popen | None, pid: int | None
                    phases: "_PhaseReader") -> str | None:
     """The worker's token once it answers; None if it exits first (a killed start). The token is
     read anew each time: a worker whose starter died was given the one its starter wrote."""
-    started = time.time()
-    while not (socket_path(location).exists() and (token := read_token(location)) and _answers(location, token)):
+    started, sock = time.time(), socket_path(location)
+    while not (sock is not None and sock.exists() and (token := read_token(location)) and _answers(location, token)):
         if (proc.poll() is not None) if proc else holder(pid_path(location)) != pid:
             phases.read()
             return None

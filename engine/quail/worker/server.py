@@ -26,6 +26,7 @@ import pyarrow.flight as flight
 
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
+from quail.executor.stats import Stats
 from quail.kinds import KINDS
 from quail.pipeline.compute import compute, parts, predict, predict_escalated
 from quail.planner.predict import Prediction
@@ -33,7 +34,7 @@ from quail.runtime import runtime_of
 from quail.session import Session
 from quail.trust import owned_file, private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
-from quail.worker.jobs import Job
+from quail.worker.jobs import Job, JobState
 from quail.worker.locations import socket_path
 from quail.worker.protocol import (
     MODEL_CHANGED,
@@ -142,8 +143,8 @@ class Worker(flight.FlightServerBase):
     @staticmethod
     def _cancel(job: Job) -> None:
         """Under the lock: a queued job ends now; a running one when its progress is next reported."""
-        if job.state == "queued":
-            job.state, job.finished = "cancelled", time.time()
+        if job.state == JobState.QUEUED:
+            job.state, job.finished = JobState.CANCELLED, time.time()
             job.release_inputs()
         job.cancel_requested = not job.ended
 
@@ -175,9 +176,10 @@ class Worker(flight.FlightServerBase):
         with self.lock:  # answered at once: the documents are tokenized by the job, not here
             self._expire()
             same = [self.jobs[i] for i in self.by_identity.get(key, []) if i in self.jobs]
-            job = next((j for j in same if j.content == content and j.state not in ("failed", "cancelled")), None)
+            live = (j for j in same if j.content == content and j.state not in (JobState.FAILED, JobState.CANCELLED))
+            job = next(live, None)
             attached = job is not None
-            if not attached:
+            if job is None:
                 for earlier in same:  # only its submitter knows its id (worker/protocol.py)
                     if earlier.id == submission.replaces:
                         self._cancel(earlier)
@@ -190,7 +192,7 @@ class Worker(flight.FlightServerBase):
     def do_get(self, context, ticket):
         self.last_call = time.time()
         job = self._job(ticket.ticket.decode("utf-8", "replace"))
-        if job.state != "done":
+        if job.state != JobState.DONE:
             raise flight.FlightServerError(f"job {job.id} is {job.state}{': ' + job.error if job.error else ''}")
         return flight.RecordBatchStream(job.answers)
 
@@ -205,6 +207,7 @@ class Worker(flight.FlightServerBase):
         if action.body.size > MAX_ACTION_BYTES:
             raise flight.FlightServerError(f"an action body of {action.body.size:,} bytes: at most {MAX_ACTION_BYTES}")
         body = action.body.to_pybytes().decode("utf-8", "replace")
+        doc: dict | list[dict]
         if action.type == "info":
             doc = self.info()
         elif action.type == "status":
@@ -280,9 +283,9 @@ class Worker(flight.FlightServerBase):
 
     def _run(self, job: Job) -> None:
         with self.lock:
-            if job.state != "queued":
+            if job.state != JobState.QUEUED:
                 return
-            job.state, job.started = "running", time.time()
+            job.state, job.started = JobState.RUNNING, time.time()
 
         def progress(rows: int, tokens: int) -> None:
             job.rows_done += rows
@@ -303,9 +306,10 @@ class Worker(flight.FlightServerBase):
                 predicted.add(predict(self.session, sub.dag_plan, sub.spec, job.docs[lo:hi], partners, reached=True,
                                       answers=sub.reuse.answers, probed=k > 0))
             if sub.predict_only:
-                job.predicted, job.state = predicted.rounded(), "done"
+                job.predicted, job.state = predicted.rounded(), JobState.DONE
                 return
-            tables, stats = [], None
+            tables: list[pa.Table] = []
+            stats: Stats | None = None
             for lo, hi in cuts:
                 inputs = [(job.inputs[0][0][lo:hi], job.inputs[0][1][lo:hi]), *job.inputs[1:]]
                 answers, done = compute(self.session, sub.spec, sub.op, sub.reuse, inputs, progress=progress,
@@ -316,17 +320,18 @@ class Worker(flight.FlightServerBase):
                 tables.append(answers)
                 stats = done if stats is None else stats.merge(done)
             answers = pa.concat_tables(tables)
+            assert stats is not None  # a job has one part at least
             job.predicted = predicted.rounded()
             if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)
-            job.answers, job.stats, job.state = answers, stats.to_dict(), "done"
+            job.answers, job.stats, job.state = answers, stats.to_dict(), JobState.DONE
         except Cancelled:
-            job.state = "cancelled"
+            job.state = JobState.CANCELLED
         except QuailError as e:
-            job.error, job.state = str(e), "failed"
+            job.error, job.state = str(e), JobState.FAILED
         except Exception as e:  # an engine bug: report it to the task instead of killing the worker
-            job.error, job.state = f"{type(e).__name__}: {e}", "failed"
+            job.error, job.state = f"{type(e).__name__}: {e}", JobState.FAILED
         finally:
             if job.window.last and not job.submission.predict_only:
                 self.session.engine.consumed(job.identity.scope + job.spec.name)

@@ -53,11 +53,11 @@ def main():
         """The larger model alone (without an answer store), then the cascade as the CLI runs it:
         with a fresh store, where the rows the larger model labelled for the band are found again
         if sent on. `answers`: a result's answers, compared one by one; `scored`: against gold."""
-        small.answers = large.answers = None
+        small.store = large.store = None
         start = time.perf_counter()
         alone, a_stats = alone_run()
         a_s = round(time.perf_counter() - start, 1)
-        small.answers = large.answers = AnswerStore(Path(scratch.name) / f"{time.monotonic_ns()}.sqlite")
+        small.store = large.store = AnswerStore(Path(scratch.name) / f"{time.monotonic_ns()}.sqlite")
         start = time.perf_counter()
         got, sent, c_stats = cascade_run()
         c_s = round(time.perf_counter() - start, 1)

@@ -28,7 +28,7 @@ from quail.model.config import ModelConfig
 from quail.model.llama import LlamaModel
 from quail.model.loader import LoadedModel
 from quail.model.tokenizer import Tokenizer
-from quail.ops.answers import p_yes
+from quail.ops.scoring import p_yes
 from quail.session import Session
 from systems import Question, Stage, Transformers, decide, left_padded
 
@@ -132,7 +132,7 @@ def median_p(probs) -> float:
 
 
 def yes_no(s: Session, question: list[int]) -> Question:
-    ids, n_yes = s.layout.answers.ids, len(s.layout.answers.yes)
+    ids, n_yes = s.layout.yes_no.ids, len(s.layout.yes_no.yes)
     return Question(question, 1, lambda lp: [p_yes(lp[-1][ids], n_yes)])
 
 

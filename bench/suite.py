@@ -32,7 +32,7 @@ import torch
 
 from documents import PREDICATES, reference_documents
 from quail.reuse import Retain
-from quail.ops.answers import p_yes
+from quail.ops.scoring import p_yes
 from quail.session import Session
 from systems import LlamaCpp, Question, Stage, Transformers, decide, transformers_model
 from tokens import GOOD, PRODUCTS, reviews, traces
@@ -62,7 +62,7 @@ LABELS = {"quail": "Quail", "e": "(e) Quail, no reuse", "a": "(a) transformers, 
 
 
 def yes_no(s: Session, question: list[int]) -> Question:
-    ids, n_yes = s.layout.answers.ids, len(s.layout.answers.yes)
+    ids, n_yes = s.layout.yes_no.ids, len(s.layout.yes_no.yes)
     return Question(question, 1, lambda lp: [p_yes(lp[-1][ids], n_yes)])
 
 

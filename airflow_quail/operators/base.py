@@ -39,8 +39,7 @@ from quail.planner.predict import Prediction
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost
-from quail.worker.jobs import LOST, Identity, JobState, Submission, job_ref
-from quail.worker.jobs import Window as JobWindow
+from quail.worker.jobs import LOST, Identity, JobState, Span, Submission, job_ref
 from quail.worker.protocol import content_digest, documents_digest
 
 EVENT_KEYS = frozenset({"job", "state", "documents", "stats", "predicted", "error"})  # a job's status
@@ -229,7 +228,7 @@ class BaseLLMOperator(BaseOperator):
         nothing computed."""
         def step(window: Window) -> WindowDone:
             job, _ = run.client.submit(replace(run.identity, window=window.k), window.spec, run.op, run.reuse,
-                                       window.inputs, JobWindow(window.offset, run.total_rows, window.last), run.plan,
+                                       window.inputs, Span(window.offset, run.total_rows, window.last), run.plan,
                                        predict_only=True)
             status = run.client.wait(job)
             if status["state"] != JobState.DONE:
@@ -249,7 +248,7 @@ class BaseLLMOperator(BaseOperator):
         # a window a trigger saw end is fetched from the worker that ran it; else the run's worker
         client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
             hook.get_conn(run=route)
-        reuse = Reuse(answers=hook.answer_store) if self.reuse else Reuse.none()
+        reuse = Reuse(store=hook.answer_store) if self.reuse else Reuse.none()
         return _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
                         hook, route, client, *self.plan_entry(), reuse, source_rows(self.sources()[0]))
 
@@ -299,7 +298,7 @@ class BaseLLMOperator(BaseOperator):
     def _compute(self, run: "_TaskRun", window: Window) -> dict:
         """The window's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""
         job, attached = run.client.submit(replace(run.identity, window=window.k), window.spec, run.op, run.reuse,
-                                          window.inputs, JobWindow(window.offset, run.total_rows, window.last),
+                                          window.inputs, Span(window.offset, run.total_rows, window.last),
                                           run.plan, replaces=run.stage.job(window.k))
         run.stage.put_job(window.k, job)
         self.job_id, self.worker_location = job, run.client.location

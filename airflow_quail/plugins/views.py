@@ -76,7 +76,7 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
         keep = ", ".join(retain["consumers"]) if retain else "nothing"
         saved = 1 - s["tokens_computed"] / s["tokens_naive"] if s["tokens_naive"] else 0.0
         rows.append(f"<tr><td class='l'>{escape(name)}</td><td>{m['rows_in']:,}</td><td>{m['rows_out']:,}</td>"
-                    f"<td class='l'>{'on' if op.get('chain_mode') else 'off'}</td>"
+                    f"<td class='l'>{'on' if op.get('rewind') else 'off'}</td>"
                     f"<td class='l'>{'on' if op.get('prefix_sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"
                     f"<td>{s['tokens_computed']:,}</td>"
                     + "".join(f"<td>{s['tokens_reused'].get(k, 0):,}</td>" for k in MECHANISMS)

@@ -57,7 +57,7 @@ class Session:
         self.options: dict = {}  # how Session.open made it: how its peers are opened
         self.peers: dict[str, Session] = {}
         self.peers_lock = threading.Lock()
-        self.answers: AnswerStore | None = None  # the answer store, where a front end opens one
+        self.store: AnswerStore | None = None  # the answer store, where a front end opens one
 
     @classmethod
     def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
@@ -97,7 +97,7 @@ class Session:
         with self.peers_lock:
             if model not in self.peers:
                 self.peers[model] = Session.open(model, **self.options)
-                self.peers[model].answers = self.answers
+                self.peers[model].store = self.store
             return self.peers[model]
 
     def changed(self) -> bool:
@@ -145,7 +145,7 @@ class Session:
         return [self.layout.document(text) for text in CONTENT_FREE]
 
     def _store(self, reuse) -> AnswerStore | None:
-        return self.answers if _reuse(reuse).answers else None
+        return self.store if _reuse(reuse).store else None
 
     def _calibration(self, calibration: str) -> str:
         return "contextual" if self.calibrating(calibration) else "none"
@@ -176,7 +176,7 @@ class Session:
         store = self._store(reuse)
         keys = self.filter_keys(questions, docs, calibration) if store is not None else None
         known = self.known(store, keys) if store is not None and keys else None
-        result, stats = run_filter(self.engine, docs, questions, self.layout.answers, threshold, limit, _reuse(reuse),
+        result, stats = run_filter(self.engine, docs, questions, self.layout.yes_no, threshold, limit, _reuse(reuse),
                                    _retain(retain), progress, bias, known)
         if store is not None and keys:
             store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.stored
@@ -240,7 +240,7 @@ class Session:
         store = self._store(reuse)
         keys = self.join_keys(cond, anchors, partners, calibration) if store is not None and partners else None
         known = self.known(store, keys) if store is not None and keys else None
-        result, stats = run_join(self.engine, anchors, partners, cond, self.layout.answers, _reuse(reuse),
+        result, stats = run_join(self.engine, anchors, partners, cond, self.layout.yes_no, _reuse(reuse),
                                  _retain(retain), progress, known)
         if store is not None and keys:
             store.put((keys[i][j], [p]) for i, row in enumerate(result.p_yes) if i not in result.stored

@@ -2,7 +2,7 @@
 
 from quail.cost.model import CostModel, Sample
 from quail.executor import timing
-from quail.executor.timing import calibrated
+from quail.executor.timing import measured_cost
 
 
 def test_fit_recovers_a_linear_cost():
@@ -25,7 +25,7 @@ def test_sharing_rule_weighs_compute_saved_against_kv_writes():
 
 def test_calibration_is_measured_once_and_cached(tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
-    first = calibrated(tiny_llama, 256)
+    first = measured_cost(tiny_llama, 256)
     assert first.per_token > 0 and first.kv_write_per_page > 0
     assert len(list((tmp_path / "cost").glob("*.json"))) == 1
 
@@ -33,4 +33,4 @@ def test_calibration_is_measured_once_and_cached(tiny_llama, tmp_path, monkeypat
         raise AssertionError("the cached calibration was measured again")
 
     monkeypatch.setattr(timing, "measure", measure_again)
-    assert calibrated(tiny_llama, 256) == first
+    assert measured_cost(tiny_llama, 256) == first

@@ -14,9 +14,9 @@ from quail.executor.sequence import Seq
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
 
-ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+ANSWERS = YesNoTokens(yes=[5, 6], no=[7, 8])
 LABELS = [[20], [20, 21], [30, 31]]
 
 

@@ -4,10 +4,10 @@ import numpy as np
 
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.ops.filter import run_filter
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
 from quail.reuse import Reuse
 
-ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+ANSWERS = YesNoTokens(yes=[5, 6], no=[7, 8])
 NO_SHARING = Reuse(sharing=False)
 
 

@@ -6,9 +6,9 @@ import numpy as np
 
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.ops.filter import run_filter
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
 
-ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+ANSWERS = YesNoTokens(yes=[5, 6], no=[7, 8])
 PREAMBLE = list(range(40, 72))  # two whole pages every document shares: one parent, thousands of children
 MAX_BATCH_TOKENS = 256
 

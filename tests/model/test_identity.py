@@ -19,7 +19,7 @@ TEXTS = [f"Report {i}: the home side won {i} to {i % 3}." for i in range(6)] + [
 
 def _open(model: str, store=None) -> Session:
     s = Session.open(model, "float32", arena_pages=256)
-    s.answers = store
+    s.store = store
     return s
 
 

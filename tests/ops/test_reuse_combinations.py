@@ -11,10 +11,10 @@ from quail.executor.engine import Engine, PhysicalPlan
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
 from quail.reuse import Retain, Reuse
 
-ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+ANSWERS = YesNoTokens(yes=[5, 6], no=[7, 8])
 LABELS = [[20], [20, 21], [30, 31, 32]]
 
 

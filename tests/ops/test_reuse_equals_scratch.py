@@ -7,10 +7,10 @@ from quail.executor.engine import Engine, PhysicalPlan
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
 from quail.reuse import Retain, Reuse
 
-ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+ANSWERS = YesNoTokens(yes=[5, 6], no=[7, 8])
 NONE = Reuse.none()
 # labels that share first tokens, of one, two and three tokens
 LABELS = [[20], [20, 21], [20, 21, 22], [30, 31]]

@@ -18,7 +18,7 @@ def _pipeline():
 
 def test_the_four_operator_pipeline():
     p = plan(_pipeline())
-    assert [o.chain_mode for o in p.operators] == [True, True, True, True]
+    assert [o.rewind for o in p.operators] == [True, True, True, True]
     assert p["good"].retain.consumers == ("topics", "match_b", "match_c")
     assert p["good"].retain.passed == 1.0 and p["good"].retain.failed == 0.0  # only passing rows go on
     assert p["topics"].retain.consumers == ("match_b", "match_c")
@@ -58,7 +58,7 @@ def test_plan_is_deterministic_with_a_stable_hash():
 def test_limit_and_switches():
     specs = [OperatorSpec("f", "filter", ("t",), ("text",), ("Q?",), limit=5)]
     assert plan(specs)["f"].prefix_sharing is False
-    assert plan(specs)["f"].chain_mode is False  # one question, nothing retained: nothing to rewind
+    assert plan(specs)["f"].rewind is False  # one question, nothing retained: nothing to rewind
     assert plan(_pipeline(), sharing=False)["topics"].prefix_sharing is False
     assert plan(_pipeline(), retention_on=False)["good"].retain is None
 

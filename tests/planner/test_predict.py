@@ -5,14 +5,14 @@ import numpy as np
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.ops.classify import run_classify
 from quail.ops.join import run_join
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
 from quail.planner.plan import plan
 from quail.kinds.base import OperatorTokens
 from quail.planner.predict import predict
 from quail.prefix_tree import stem
 from quail.specs import OperatorSpec
 
-ANSWERS = AnswerTokens(yes=[5, 6], no=[7, 8])
+ANSWERS = YesNoTokens(yes=[5, 6], no=[7, 8])
 
 
 def test_classify_and_join_predictions_match_the_run(tiny_llama):

@@ -32,7 +32,7 @@ def test_only_a_filter_or_classify_of_the_same_column_without_templates_is_compu
 @pytest.fixture
 def client(smollm2, tmp_path):
     session = Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
-    session.answers = AnswerStore(tmp_path / "answers.sqlite")
+    session.store = AnswerStore(tmp_path / "answers.sqlite")
     server = Worker(session, f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
     yield WorkerClient(f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
     server.shutdown()
@@ -60,7 +60,7 @@ def test_the_consumer_finds_what_its_producer_computed_ahead(client, smollm2):
 
 def test_a_job_that_keeps_no_answers_computes_nothing_ahead(client):
     p = plan([FILTER, CLASSIFY])
-    job, _ = client.submit(Identity("news", "sport", "run2"), FILTER, p["sport"], Reuse(answers=False),
+    job, _ = client.submit(Identity("news", "sport", "run2"), FILTER, p["sport"], Reuse(store=False),
                            [(TEXTS, list(range(len(TEXTS))))], plan=p)
     assert client.wait(job, poll=0.05)["ahead"] == {}
 

@@ -286,7 +286,7 @@ def _worker(args) -> None:
     torch.set_num_threads(_threads(args))
     # each start-up phase on its own line: the hook that started this worker logs them in the task's log
     session = _open_session(args.model, args, lambda m: print(f"quail worker: {m}", file=sys.stderr, flush=True))
-    session.answers = None if args.no_answer_store else AnswerStore()
+    session.store = None if args.no_answer_store else AnswerStore()
     token = given or new_token()
     server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
     if not given:
@@ -358,7 +358,7 @@ def run(argv=None) -> int:
                 raise QuailError(f"operator {spec.name!r}: the cascade's model is --model itself; name a larger one")
             check_available(spec.cascade.model)
     session = _open_session(pipeline.model, args)
-    session.answers = AnswerStore() if reuse.answers else None
+    session.store = AnswerStore() if reuse.store else None
     if explain:
         engine = session.engine
         runner.plan_windows(session, plan, reuse)

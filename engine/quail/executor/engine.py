@@ -22,7 +22,7 @@ from quail.executor.program import Program
 from quail.executor.retention_pool import RetentionPool
 from quail.executor.scheduler import Scheduler
 from quail.executor.stats import Stats, StepStats
-from quail.executor.timing import calibrated
+from quail.executor.timing import measured_cost
 from quail.kv import KVArena, PageArena
 from quail.model.llama import LlamaModel
 from quail.prefix_tree import PrefixTree
@@ -56,7 +56,7 @@ class Engine:
         cfg = model.cfg
         self.model = model
         self.plan = plan
-        self.cost = cost or calibrated(model, plan.max_batch_tokens)
+        self.cost = cost or measured_cost(model, plan.max_batch_tokens)
         pages = PageArena(plan.arena_pages, plan.page_size)
         kv = KVArena(cfg.num_layers, plan.arena_pages, cfg.num_kv_heads, cfg.head_dim, model.dtype, model.device)
         self.cache = PagedKVCache(pages, kv)

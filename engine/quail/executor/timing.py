@@ -74,7 +74,7 @@ def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
     return CostModel.fit(samples, per_page, max_batch_tokens, device_name(model.device))
 
 
-def calibrated(model: LlamaModel, max_batch_tokens: int) -> CostModel:
+def measured_cost(model: LlamaModel, max_batch_tokens: int) -> CostModel:
     path = home() / "cost" / f"{_cache_key(model, max_batch_tokens)}.json"
     cost = CostModel.load(path)
     if cost is None:

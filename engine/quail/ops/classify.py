@@ -10,7 +10,7 @@ from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.kinds.base import OperatorTokens
 from quail.kinds.classify import Classify
-from quail.ops.answers import label_probabilities, label_scores
+from quail.ops.scoring import label_probabilities, label_scores
 from quail.ops.stored import credit_stored, merge
 from quail.reuse import Retain, Reuse
 

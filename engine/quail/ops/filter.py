@@ -11,9 +11,9 @@ from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
-from quail.ops.answers import p_yes
-from quail.ops.chain import calibrated, decided, passed
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
+from quail.ops.rewind import calibrated, decided, passed
+from quail.ops.scoring import p_yes
 from quail.ops.stored import credit_stored, merge
 from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
@@ -27,8 +27,8 @@ class FilterResult:
     stored: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
-def _chain(engine: Engine, doc, questions, answers, threshold, retain, bias):
-    ids, n_yes = answers.ids, len(answers.yes)
+def _chain(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
+    ids, n_yes = yes_no.ids, len(yes_no.yes)
     state = len(doc) + stem(questions)  # the questions' common opening stays with the document
 
     def program(seq: Seq | None):
@@ -50,9 +50,9 @@ def _chain(engine: Engine, doc, questions, answers, threshold, retain, bias):
     return program
 
 
-def _scratch(engine: Engine, doc, questions, answers, threshold, retain, bias):
+def _scratch(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
     """Every prompt from the document's start, or from the reused prefix it was handed."""
-    ids, n_yes = answers.ids, len(answers.yes)
+    ids, n_yes = yes_no.ids, len(yes_no.yes)
 
     def program(base: Seq | None):
         probs = []
@@ -76,7 +76,7 @@ def run_filter(
     engine: Engine,
     docs: list[list[int]],
     questions: list[list[int]],
-    answers: AnswerTokens,
+    yes_no: YesNoTokens,
     threshold: float = 0.5,
     limit: int | None = None,
     reuse: Reuse = Reuse(),
@@ -93,7 +93,7 @@ def run_filter(
         {i: raw for i, k in enumerate(known) if (raw := decided(k, questions, threshold, bias)) is not None}
     if answered:
         todo = [i for i in range(len(docs)) if i not in answered]
-        result, stats = run_filter(engine, [docs[i] for i in todo], questions, answers, threshold, None, reuse, retain,
+        result, stats = run_filter(engine, [docs[i] for i in todo], questions, yes_no, threshold, None, reuse, retain,
                                    progress, bias)
         credit_stored(stats, [(len(docs[i]) + len(questions[k]), f"predicate_{k + 1}")
                               for i, raw in answered.items() for k in range(len(raw))])
@@ -113,7 +113,7 @@ def run_filter(
     make = _chain if reuse.rewind else _scratch
     # without rewinding, a prompt forked from a reused base may copy the base's partial last page
     extra = 0 if reuse.rewind else 1
-    programs = [Program(make(engine, doc, questions, answers, threshold, retain, bias),
+    programs = [Program(make(engine, doc, questions, yes_no, threshold, retain, bias),
                         engine.cache.pages_for(len(doc) + longest_q) + extra, doc) for doc in docs]
     result, total = FilterResult(), None
     if limit is not None:  # sharing reorders documents; a row limit needs them in input order

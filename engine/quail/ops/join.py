@@ -7,8 +7,8 @@ from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
-from quail.ops.answers import p_yes
-from quail.ops.prompts import AnswerTokens
+from quail.ops.prompts import YesNoTokens
+from quail.ops.scoring import p_yes
 from quail.ops.stored import credit_stored, merge
 from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
@@ -20,8 +20,8 @@ class JoinResult:
     stored: set[int] = field(default_factory=set)  # left rows answered from the answer store
 
 
-def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, retain):
-    ids, n_yes = answers.ids, len(answers.yes)
+def _anchored(engine: Engine, anchor, partners, n_partner_doc, yes_no, fanout, retain):
+    ids, n_yes = yes_no.ids, len(yes_no.yes)
     common = stem(partners)  # the partners' common opening is computed once, with the anchor
 
     def program(seq: Seq | None):
@@ -49,9 +49,9 @@ def _anchored(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, 
     return program
 
 
-def _scratch(engine: Engine, anchor, partners, n_partner_doc, answers, fanout, retain):
+def _scratch(engine: Engine, anchor, partners, n_partner_doc, yes_no, fanout, retain):
     """Every pair from the anchor's start, or from the reused prefix it was handed."""
-    ids, n_yes = answers.ids, len(answers.yes)
+    ids, n_yes = yes_no.ids, len(yes_no.yes)
 
     def program(base: Seq | None):
         have = len(base) if base else 0
@@ -80,7 +80,7 @@ def run_join(
     anchors: list[list[int]],
     partner_docs: list[list[int]],
     condition: list[int],
-    answers: AnswerTokens,
+    yes_no: YesNoTokens,
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
     progress=None,
@@ -91,7 +91,7 @@ def run_join(
     answered = {i: row for i, row in enumerate(known or []) if row and None not in row}
     if answered:
         todo = [i for i in range(len(anchors)) if i not in answered]
-        result, stats = run_join(engine, [anchors[i] for i in todo], partner_docs, condition, answers, reuse, retain,
+        result, stats = run_join(engine, [anchors[i] for i in todo], partner_docs, condition, yes_no, reuse, retain,
                                  progress)
         credit_stored(stats, [(len(anchors[i]) + len(p) + len(condition), None)
                               for i in answered for p in partner_docs])
@@ -110,12 +110,12 @@ def run_join(
             head = engine.cache.pages_for(len(anchor) + stem(partners))
             fan = max(1, min(fanout, (engine.plan.arena_pages - head) // per_kid))
             pages = head + fan * per_kid
-            start = _anchored(engine, anchor, partners, n_doc, answers, fan, retain)
+            start = _anchored(engine, anchor, partners, n_doc, yes_no, fan, retain)
         else:
             per_pair = engine.cache.pages_for(len(anchor) + longest)
             fan = max(1, min(fanout, (engine.plan.arena_pages - 1) // per_pair))
             pages = fan * per_pair + 1  # a fork of a reused base may copy its partial last page
-            start = _scratch(engine, anchor, partners, n_doc, answers, fan, retain)
+            start = _scratch(engine, anchor, partners, n_doc, yes_no, fan, retain)
         programs.append(Program(start, pages, anchor))
     probs, stats = engine.run(programs if partners else [], progress, reuse)
     return JoinResult(probs if partners else [[] for _ in anchors]), stats

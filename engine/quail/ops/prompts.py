@@ -15,7 +15,7 @@ from quail.model.tokenizer import Tokenizer
 
 SYSTEM = "You answer questions about documents. Reply with one word."
 @dataclass(frozen=True)
-class AnswerTokens:
+class YesNoTokens:
     yes: list[int]
     no: list[int]
 
@@ -37,10 +37,10 @@ class PromptLayout:
             self.preamble = chat.begin_system + tokenizer.encode(system) + chat.end_turn + chat.begin_user
             self.cue = chat.end_turn + chat.begin_assistant + tokenizer.encode("Answer:")
     @functools.cached_property
-    def answers(self) -> AnswerTokens:
+    def yes_no(self) -> YesNoTokens:
         """The yes/no answer tokens that filters and joins (and their calibration) read; asked for
         only by them, so a model without such tokens can still classify."""
-        return AnswerTokens(yes=self._single_tokens("yes"), no=self._single_tokens("no"))
+        return YesNoTokens(yes=self._single_tokens("yes"), no=self._single_tokens("no"))
 
     def _single_tokens(self, word: str) -> list[int]:
         ids = set()

@@ -29,18 +29,18 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
             scope: str = "") -> tuple[pa.Table, Stats]:
     """inputs: per input, its texts and their row numbers. Returns the answers and the accounting."""
     kind_of(spec.kind).check_room(session.layout, spec, session.context, f"operator {spec.name!r}")
-    reuse = Reuse(op.chain_mode and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
-                  reuse.borrowing, reuse.answers)
+    reuse = Reuse(op.rewind and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
+                  reuse.borrowing, reuse.store)
     return runtime_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
 
 
-def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], answers: bool = True) -> list[tuple[int, int]]:
+def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], use_store: bool = True) -> list[tuple[int, int]]:
     """These documents cut into parts (index ranges, in order) where the ones `spec` will compute
     fill half the retention pool: a part's KV is then still retained when its consumers run on
-    it. The documents answered from the answer store (`answers`: the run uses it) are not computed
+    it. The documents answered from the answer store (`use_store`: the run uses it) are not computed
     and take no room, so a rerun whose answers are stored runs in one part."""
     stored = runtime_of(spec.kind).stored(session, spec, docs, [], False) \
-        if answers and session.answers is not None else {}
+        if use_store and session.store is not None else {}
     room, page = session.engine.pool.capacity / 2, session.engine.plan.page_size
     cuts, lo, pages = [], 0, 0
     for i, doc in enumerate(docs):
@@ -64,7 +64,7 @@ def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partner
 
 
 def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str], truncate: bool,
-            answers: bool, probed: bool = False) -> Prediction:
+            use_store: bool, probed: bool = False) -> Prediction:
     """Contextual calibration's content-free prompts, where the session's model calibrates: each
     call (window) asks them again, or finds them in the answer store. `probed`: an earlier window of
     the same run will have stored them."""
@@ -72,25 +72,25 @@ def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str
         return Prediction()
     probes = _tokens(session, spec, session.content_free(), partners, truncate)
     runtime = runtime_of(spec.kind)
-    if answers and probed:
+    if use_store and probed:
         stored = runtime.stored_all(session, spec, probes.docs, partners)
     else:
-        stored = runtime.stored(session, spec, probes.docs, partners, True) if answers else {}
+        stored = runtime.stored(session, spec, probes.docs, partners, True) if use_store else {}
     return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size, stored)
 
 
 def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[int]], partners: list[str],
-            reached: bool = False, truncate: bool = False, answers: bool = True, probed: bool = False) -> Prediction:
+            reached: bool = False, truncate: bool = False, use_store: bool = True, probed: bool = False) -> Prediction:
     """The plan's expected accounting of `spec` over these documents (`session.layout.documents`,
     and a join's partners); `reached`: they are the rows that reached it, not the rows of its
     source table; `truncate`: documents are cut to the context, as the run will cut them. A
-    cascade's larger model is predicted once its rows are known (`predict_escalated`). `answers`:
+    cascade's larger model is predicted once its rows are known (`predict_escalated`). `use_store`:
     the job uses the session's answer store, if it has one: what it holds is counted as reused."""
-    answers = answers and session.answers is not None
+    use_store = use_store and session.store is not None
     t = _tokens(session, spec, docs, partners, truncate)
-    stored = runtime_of(spec.kind).stored(session, spec, t.docs, partners, False) if answers else {}
+    stored = runtime_of(spec.kind).stored(session, spec, t.docs, partners, False) if use_store else {}
     p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached, stored)
-    p.add(_probes(session, plan, spec, partners, truncate, answers, probed))
+    p.add(_probes(session, plan, spec, partners, truncate, use_store, probed))
     return p
 
 

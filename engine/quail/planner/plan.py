@@ -19,7 +19,7 @@ from quail.specs import OperatorSpec
 @dataclass(frozen=True)
 class OperatorPlan:
     name: str
-    chain_mode: bool
+    rewind: bool  # chain mode (KV rewind)
     prefix_sharing: bool
     sharing_reason: str
     retain: retention.RetentionEntry | None
@@ -32,7 +32,7 @@ class OperatorPlan:
         keep = d.get("retain")
         if keep is not None:
             keep = retention.RetentionEntry(tuple(keep["consumers"]), keep["passed"], keep["failed"])
-        return cls(d["name"], d["chain_mode"], d["prefix_sharing"], d["sharing_reason"], keep, d["selectivity"],
+        return cls(d["name"], d["rewind"], d["prefix_sharing"], d["sharing_reason"], keep, d["selectivity"],
                    d.get("certain", True))
 
 

@@ -111,13 +111,13 @@ def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int],
         n = len(doc)
         doc_new = (1 - held) * (n - shared)
         naive = sum(a * (n + extra) for a, extra in asked)
-        if op.chain_mode:
+        if op.rewind:
             computed = doc_new + common + sum(a * (extra - common) for a, extra in asked)
         else:
             computed = sum(a * (doc_new + extra) for a, extra in asked)
         p.tokens_naive += reach * naive
         p.tokens_computed += reach * computed
-        first = (asked[0][0] if asked else 0.0) if op.chain_mode else sum(a for a, _ in asked)
+        first = (asked[0][0] if asked else 0.0) if op.rewind else sum(a for a, _ in asked)
         p.tokens_reused["retention"] += reach * held * n * first
         p.tokens_reused["prefix"] += reach * (1 - held) * shared * first
     p.tokens_reused["rewind"] = p.tokens_naive - p.tokens_computed - p.tokens_reused["retention"] \

@@ -41,7 +41,7 @@ class ClassifyRuntime(KindRuntime):
         q = session.layout.label_question(spec.questions[0], list(spec.labels), spec.descriptions)
         labels = [session.layout.label(x) for x in spec.labels]
         keys = session.classify_keys(q, labels, docs, spec.calibration)
-        found = session.answers.get(keys, len(labels), touch=False)
+        found = session.store.get(keys, len(labels), touch=False)
         prompts = self.stored_all(session, spec, docs, partners)
         return {i: prompts[i] for i, k in enumerate(keys) if k in found}
 

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 
 from quail.kinds.filter import Filter
 from quail.ops.calibration import column_means
-from quail.ops.chain import decided
+from quail.ops.rewind import decided
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -44,12 +44,12 @@ class FilterRuntime(KindRuntime):
         threshold = 0.0 if probes else spec.threshold
         bias: list[float] | None = None
         if not probes and session.calibrating(spec.calibration):  # the bias, from the stored probes
-            asked = session.known(session.answers, session.filter_keys(questions, session.content_free(),
+            asked = session.known(session.store, session.filter_keys(questions, session.content_free(),
                                                                        spec.calibration), False)
             if any(p is None for row in asked for p in row):
                 return {}
             bias = column_means(asked)
-        known = session.known(session.answers, session.filter_keys(questions, docs, spec.calibration), False)
+        known = session.known(session.store, session.filter_keys(questions, docs, spec.calibration), False)
         return {i: sum(len(doc) + len(questions[k]) for k in range(len(raw))) for i, (doc, row) in
                 enumerate(zip(docs, known)) if (raw := decided(row, questions, threshold, bias)) is not None}
 

@@ -42,7 +42,7 @@ class JoinRuntime(KindRuntime):
         cond = session.layout.pair_question(spec.questions[0], name)
         room = session.pair_room(cond)
         rights = [r[:room] for r in session.layout.partners(partners, name)]  # cut as the run cuts them
-        known = session.known(session.answers, session.join_keys(cond, docs, rights, spec.calibration), False)
+        known = session.known(session.store, session.join_keys(cond, docs, rights, spec.calibration), False)
         prompts = self.stored_all(session, spec, docs, partners)
         return {i: prompts[i] for i, row in enumerate(known) if None not in row}
 

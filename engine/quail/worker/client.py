@@ -13,7 +13,7 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.trust import owned_file
-from quail.worker.jobs import ENDED, Identity, Submission, Window
+from quail.worker.jobs import ENDED, Identity, Span, Submission
 from quail.worker.locations import socket_path
 from quail.worker.protocol import MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
 
@@ -60,7 +60,7 @@ class WorkerClient:
         return json.loads(result.body.to_pybytes())
 
     def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
-               inputs: list[tuple[list[str], list[int]]], window: Window = Window(),
+               inputs: list[tuple[list[str], list[int]]], window: Span = Span(),
                plan: Plan | None = None, replaces: str | None = None, predict_only: bool = False) -> tuple[str, bool]:
         """Returns the job id, and whether it attached to a job this identity submitted before.
         `plan`: the whole plan `op` belongs to, for the predicted accounting; `replaces`: this

@@ -59,8 +59,8 @@ class Identity:
 
 
 @dataclass(frozen=True)
-class Window:
-    """Where a job's rows sit in the operator's table, for progress over the whole table."""
+class Span:
+    """Where a job's window sits in the operator's table, for progress over the whole table."""
 
     first_row: int = 0
     table_rows: int | None = None  # None: not known up front (a CSV file, a query)
@@ -76,7 +76,7 @@ class Submission:
     spec: OperatorSpec
     op: OperatorPlan  # the operator's plan entry: how it computes
     reuse: Reuse
-    window: Window = Window()
+    window: Span = Span()
     plan: Plan | None = None  # the plan the entry belongs to; None: the operator was planned alone
     replaces: str | None = None  # the id of this identity's earlier job, which the submitter may cancel
     predict_only: bool = False  # the job's predicted accounting only, for a budget checked before any computing
@@ -101,7 +101,7 @@ class Job:
     submitted: float = field(default_factory=time.time)
     started: float | None = None
     finished: float | None = None
-    answers: pa.Table | None = None
+    results: pa.Table | None = None
     stats: dict | None = None
     predicted: dict | None = None  # the plan's expected accounting of these documents
     # consumer -> rows whose answers it computed ahead, the tokens that took, and those it found retained
@@ -128,7 +128,7 @@ class Job:
         return self.submission.spec
 
     @property
-    def window(self) -> Window:
+    def window(self) -> Span:
         return self.submission.window
 
     @property

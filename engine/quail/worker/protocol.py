@@ -28,7 +28,7 @@ from quail.kinds import KINDS
 from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
-from quail.worker.jobs import Identity, Submission, Window
+from quail.worker.jobs import Identity, Span, Submission
 
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])
 
@@ -77,7 +77,7 @@ class _Command:
     spec: OperatorSpec
     operator_plan: OperatorPlan  # the operator's entry of dag_plan
     reuse: Reuse
-    window: Window = Window()
+    window: Span = Span()
     dag_plan: Plan | None = None
     replaces: str | None = None
     predict_only: bool = False

@@ -194,7 +194,7 @@ class Worker(flight.FlightServerBase):
         job = self._job(ticket.ticket.decode("utf-8", "replace"))
         if job.state != JobState.DONE:
             raise flight.FlightServerError(f"job {job.id} is {job.state}{': ' + job.error if job.error else ''}")
-        return flight.RecordBatchStream(job.answers)
+        return flight.RecordBatchStream(job.results)
 
     def list_actions(self, context):
         return [("info", "the model, its device and dtype, the arena's pages (total, free, retained), and the "
@@ -261,7 +261,7 @@ class Worker(flight.FlightServerBase):
         spec = job.spec
         if not consumers or spec.cascade is not None or spec.limit is not None:
             return [(0, len(job.docs))]
-        return parts(self.session, spec, job.docs, job.submission.reuse.answers)
+        return parts(self.session, spec, job.docs, job.submission.reuse.store)
 
     # the job loop
     def _job(self, job_id: str) -> Job:
@@ -297,14 +297,14 @@ class Worker(flight.FlightServerBase):
             sub = job.submission
             job.tokenized(self.session.layout.documents(job.inputs[0][0]))
             partners = job.inputs[1][0] if len(job.inputs) > 1 else []
-            stored = sub.reuse.answers and self.session.answers is not None
+            stored = sub.reuse.store and self.session.store is not None
             ahead = consumers_ahead(sub.dag_plan, sub.spec) if stored else []
             cuts = self._parts(job, ahead)
             # before computing: what the answer store holds now, not what the job adds to it
             predicted = Prediction()
             for k, (lo, hi) in enumerate(cuts):
                 predicted.add(predict(self.session, sub.dag_plan, sub.spec, job.docs[lo:hi], partners, reached=True,
-                                      answers=sub.reuse.answers, probed=k > 0))
+                                      use_store=sub.reuse.store, probed=k > 0))
             if sub.predict_only:
                 job.predicted, job.state = predicted.rounded(), JobState.DONE
                 return
@@ -325,7 +325,7 @@ class Worker(flight.FlightServerBase):
             if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)
-            job.answers, job.stats, job.state = answers, stats.to_dict(), JobState.DONE
+            job.results, job.stats, job.state = answers, stats.to_dict(), JobState.DONE
         except Cancelled:
             job.state = JobState.CANCELLED
         except QuailError as e:

@@ -40,7 +40,7 @@ MANIFEST = {"target": "sql://db/tech", "rows_in": 24, "rows_out": 17, "windows":
                       "tokens_reused": {"rewind": 824, "prefix": 384, "retention": 0}},
             "predicted": {"tokens_computed": 1903, "tokens_naive": 2938,
                           "tokens_reused": {"rewind": 651, "prefix": 384, "retention": 0}},
-            "plan": {"plan_hash": "abc", "operator": {"chain_mode": True, "prefix_sharing": True,
+            "plan": {"plan_hash": "abc", "operator": {"rewind": True, "prefix_sharing": True,
                                                       "retain": {"consumers": ["theme", "audience"]}}}}
 
 

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from quail.ops.answers import label_probabilities, label_scores
+from quail.ops.scoring import label_probabilities, label_scores
 
 
 def test_a_label_that_extends_another_can_win():

@@ -46,7 +46,6 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/out/airflow AIRFLOW__CORE__DAGS_FOLDER=$(C
 DEMO_ROWS ?= 24
 demo: $(VENV)/.model-qwen2.5-coder-1.5b
 	@mkdir -p out
-	$(VENV)/bin/quail explain examples/pipeline.yaml
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > out/airflow-migrate.log
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags reserialize > out/airflow-reserialize.log
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test quail_jokes -c '{"rows": $(DEMO_ROWS)}' > out/airflow-dags-test.log 2>&1 \

@@ -6,7 +6,7 @@ import pytest
 
 from quail.answer_store import AnswerStore
 from quail.executor.engine import PhysicalPlan
-from quail.pipeline.compute import compute
+from quail.runtime.compute import compute
 from quail.planner.plan import plan
 from quail.specs import OperatorSpec
 from quail.reuse import Reuse

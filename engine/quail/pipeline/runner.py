@@ -25,7 +25,6 @@ from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
-from quail.pipeline.compute import compute, parts, predict, predict_escalated
 from quail.pipeline.config import Pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 from quail.pipeline.tables import text_column
@@ -33,7 +32,7 @@ from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, d
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
 from quail.reuse import Reuse
-from quail.runtime import runtime_of
+from quail.runtime.compute import compute_window, parts, predict
 from quail.session import Session
 from quail.specs import OperatorSpec
 
@@ -221,18 +220,16 @@ class Runner:
         bars = {s.name: progress(first.num_rows() if s is head else None, s.name) for s in group}
         seen = {s.name: [0, 0] for s in group}  # rows asked, rows passed: a filter's observed selectivity
 
-        def compute_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
-            answers, stats = compute(session, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
-                                     bars[spec.name])
-            escalated = predict_escalated(session, plan, window.spec, answers, window.inputs, self.truncate,
-                                          stats)
-            if (observed := runtime_of(spec.kind).observed(window.spec, answers)) is not None:
-                seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
+        def run_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
+            done = compute_window(session, plan, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
+                                  bars[spec.name])
+            if done.observed is not None:
+                seen[spec.name] = [seen[spec.name][0] + done.observed[0], seen[spec.name][1] + done.observed[1]]
             source = first.name if spec is head else fed[spec.name].source
-            table, counted = window.shaped(answers, source)
+            table, counted = window.shaped(done.answers, source)
             if spec.name in reviews:
-                reviews[spec.name].write(window.review(answers, source))
-            return WindowDone(table.num_rows, counted, stats, escalated), sink.write(table)
+                reviews[spec.name].write(window.review(done.answers, source))
+            return WindowDone(table.num_rows, counted, done.stats, done.escalated), sink.write(table)
 
         with ExitStack() as stack:
             sinks = {s.name: stack.enter_context(OutputSink(targets[s.name], publication if s.output else None))
@@ -243,7 +240,7 @@ class Runner:
             def step(window: Window) -> WindowDone:
                 if predict_window is not None:
                     predict_window(window)
-                done, written = compute_window(head, window, sinks[head.name])
+                done, written = run_window(head, window, sinks[head.name])
                 outputs = {head.name: written}
                 for c in consumers:
                     op, table = fed[c.name], outputs[c.inputs[0]]
@@ -253,7 +250,7 @@ class Runner:
                         outputs[c.name] = schema.empty_table() if schema is not None else None
                         continue
                     w = op.window(table, window.last)
-                    c_done, outputs[c.name] = compute_window(c, w, sinks[c.name])
+                    c_done, outputs[c.name] = run_window(c, w, sinks[c.name])
                     op.done(w, c_done)
                 return done
 

@@ -5,7 +5,7 @@ import pytest
 
 from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
-from quail.pipeline.compute import compute
+from quail.runtime.compute import compute
 from quail.planner.plan import plan
 from quail.specs import OperatorSpec
 from quail.reuse import Reuse

@@ -1,7 +1,7 @@
 """One operator's answers, keyed by input row number: what the worker sends back. Shaping them into
 the output table (outputs.py) needs the input tables and happens where they are."""
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -32,6 +32,27 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
     reuse = Reuse(op.rewind and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
                   reuse.borrowing, reuse.store)
     return runtime_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
+
+
+@dataclass
+class WindowAnswers:
+    """What computing one window (or one part of it) gives: the answers by input row, the accounting,
+    a cascade's larger model's share of it, and, for a kind that narrows its rows, (rows asked, rows
+    passed) for the selectivity store."""
+
+    answers: pa.Table
+    stats: Stats
+    escalated: Prediction
+    observed: tuple[int, int] | None
+
+
+def compute_window(session: Session, plan: Plan, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
+                   inputs: list[tuple[list[str], list[int]]], truncate: bool = False, progress=None,
+                   scope: str = "") -> WindowAnswers:
+    """One window of an operator, as the CLI's runner and the worker both compute it."""
+    answers, stats = compute(session, spec, op, reuse, inputs, truncate, progress, scope)
+    escalated = predict_escalated(session, plan, spec, answers, inputs, truncate, stats)
+    return WindowAnswers(answers, stats, escalated, runtime_of(spec.kind).observed(spec, answers))
 
 
 def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], use_store: bool = True) -> list[tuple[int, int]]:

@@ -179,7 +179,7 @@ class Session:
         result, stats = run_filter(self.engine, docs, questions, self.layout.yes_no, threshold, limit, _reuse(reuse),
                                    _retain(retain), progress, bias, known)
         if store is not None and keys:
-            store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.stored
+            store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.from_store
                       for k, p in enumerate(raw) if p is not None)
         return result, stats
 
@@ -206,7 +206,7 @@ class Session:
         result, stats = run_classify(self.engine, docs, q, label_tokens, _reuse(reuse), _retain(retain), progress,
                                      [found.get(k) for k in keys] if keys else None)
         if store is not None and keys:
-            store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.stored)
+            store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.from_store)
         return result, stats
 
     def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
@@ -243,7 +243,7 @@ class Session:
         result, stats = run_join(self.engine, anchors, partners, cond, self.layout.yes_no, _reuse(reuse),
                                  _retain(retain), progress, known)
         if store is not None and keys:
-            store.put((keys[i][j], [p]) for i, row in enumerate(result.p_yes) if i not in result.stored
+            store.put((keys[i][j], [p]) for i, row in enumerate(result.p_yes) if i not in result.from_store
                       for j, p in enumerate(row))
         return result, stats
 

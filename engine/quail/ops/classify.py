@@ -10,8 +10,8 @@ from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.kinds.base import OperatorTokens
 from quail.kinds.classify import Classify
+from quail.ops.from_store import credit_stored, merge
 from quail.ops.scoring import label_probabilities, label_scores
-from quail.ops.stored import credit_stored, merge
 from quail.reuse import Retain, Reuse
 
 
@@ -19,7 +19,7 @@ from quail.reuse import Retain, Reuse
 class ClassifyResult:
     probabilities: list[list[float]] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)  # index of the best label per row
-    stored: set[int] = field(default_factory=set)  # rows answered from the answer store
+    from_store: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
 def _teacher_forced(labels: list[list[int]], i: int) -> list[tuple[int, list[int]]]:
@@ -106,15 +106,15 @@ def run_classify(
 ) -> tuple[ClassifyResult, Stats]:
     """known: per document, its labels' probabilities from the answer store, or None: a document
     with stored ones is not computed."""
-    stored = {i: p for i, p in enumerate(known or []) if p is not None}
-    if stored:
-        todo = [i for i in range(len(docs)) if i not in stored]
+    found = {i: p for i, p in enumerate(known or []) if p is not None}
+    if found:
+        todo = [i for i in range(len(docs)) if i not in found]
         result, stats = run_classify(engine, [docs[i] for i in todo], question, labels, reuse, retain, progress)
-        credit_stored(stats, [(len(docs[i]) + e, None) for i in stored for e in prompt_extras(question, labels)])
+        credit_stored(stats, [(len(docs[i]) + e, None) for i in found for e in prompt_extras(question, labels)])
         if progress is not None:
-            progress(len(stored), 0)
-        probs = merge(len(docs), stored, result.probabilities)
-        return ClassifyResult(probs, [max(range(len(p)), key=p.__getitem__) for p in probs], set(stored)), stats
+            progress(len(found), 0)
+        probs = merge(len(docs), found, result.probabilities)
+        return ClassifyResult(probs, [max(range(len(p)), key=p.__getitem__) for p in probs], set(found)), stats
     n_multi = sum(len(label) > 1 for label in labels)
     longest = max(len(label) for label in labels)
     retain = retain if reuse.retention else None

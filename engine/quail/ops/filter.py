@@ -11,10 +11,10 @@ from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
+from quail.ops.from_store import credit_stored, merge
 from quail.ops.prompts import YesNoTokens
 from quail.ops.rewind import calibrated, decided, passed
 from quail.ops.scoring import p_yes
-from quail.ops.stored import credit_stored, merge
 from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
 
@@ -24,7 +24,7 @@ class FilterResult:
     p_yes: list[list[float | None]] = field(default_factory=list)  # None: chain mode never asked it
     passed: list[bool] = field(default_factory=list)
     raw_p_yes: list[list[float | None]] = field(default_factory=list)  # before calibration
-    stored: set[int] = field(default_factory=set)  # rows answered from the answer store
+    from_store: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
 def _chain(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
@@ -101,7 +101,7 @@ def run_filter(
             progress(len(answered), 0)
         raws = merge(len(docs), {i: raw + [None] * (len(questions) - len(raw)) for i, raw in answered.items()},
                      result.raw_p_yes)
-        merged = FilterResult(raw_p_yes=raws, stored=set(answered))
+        merged = FilterResult(raw_p_yes=raws, from_store=set(answered))
         for raw in raws:
             asked = [p for p in raw if p is not None]
             p = calibrated(asked, bias)

@@ -7,9 +7,9 @@ from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
+from quail.ops.from_store import credit_stored, merge
 from quail.ops.prompts import YesNoTokens
 from quail.ops.scoring import p_yes
-from quail.ops.stored import credit_stored, merge
 from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
 
@@ -17,7 +17,7 @@ from quail.reuse import Retain, Reuse
 @dataclass
 class JoinResult:
     p_yes: list[list[float]] = field(default_factory=list)  # [left row][right row]
-    stored: set[int] = field(default_factory=set)  # left rows answered from the answer store
+    from_store: set[int] = field(default_factory=set)  # left rows answered from the answer store
 
 
 def _anchored(engine: Engine, anchor, partners, n_partner_doc, yes_no, fanout, retain):

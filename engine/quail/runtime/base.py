@@ -46,13 +46,13 @@ class KindRuntime:
         """The rows of these answers that count toward a row limit."""
         return answers.num_rows
 
-    def stored(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
                probes: bool) -> dict[int, int]:
         """Prediction's view of the answer store: the documents (a calibration's content-free ones,
         with `probes`) that the run will answer from it, with the tokens of the prompts each stands for."""
         return {}
 
-    def stored_all(self, session: "Session", spec: OperatorSpec, docs: list[list[int]],
+    def store_hits_all(self, session: "Session", spec: OperatorSpec, docs: list[list[int]],
                    partners: list[str]) -> dict[int, int]:
         """Every document answered from the store, each prompt asked (as a classify's or a join's
         stored answer stands for; a calibration's content-free documents once an earlier window of

@@ -37,12 +37,12 @@ class ClassifyRuntime(KindRuntime):
             names += top_columns(spec.top_k)
         return scatter(answers, table.num_rows, names, source, table)
 
-    def stored(self, session, spec, docs, partners, probes):
+    def store_hits(self, session, spec, docs, partners, probes):
         q = session.layout.label_question(spec.questions[0], list(spec.labels), spec.descriptions)
         labels = [session.layout.label(x) for x in spec.labels]
         keys = session.classify_keys(q, labels, docs, spec.calibration)
         found = session.store.get(keys, len(labels), touch=False)
-        prompts = self.stored_all(session, spec, docs, partners)
+        prompts = self.store_hits_all(session, spec, docs, partners)
         return {i: prompts[i] for i, k in enumerate(keys) if k in found}
 
 

@@ -60,7 +60,7 @@ def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], use_store
     fill half the retention pool: a part's KV is then still retained when its consumers run on
     it. The documents answered from the answer store (`use_store`: the run uses it) are not computed
     and take no room, so a rerun whose answers are stored runs in one part."""
-    stored = runtime_of(spec.kind).stored(session, spec, docs, [], False) \
+    stored = runtime_of(spec.kind).store_hits(session, spec, docs, [], False) \
         if use_store and session.store is not None else {}
     room, page = session.engine.pool.capacity / 2, session.engine.plan.page_size
     cuts, lo, pages = [], 0, 0
@@ -94,9 +94,9 @@ def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str
     probes = _tokens(session, spec, session.content_free(), partners, truncate)
     runtime = runtime_of(spec.kind)
     if use_store and probed:
-        stored = runtime.stored_all(session, spec, probes.docs, partners)
+        stored = runtime.store_hits_all(session, spec, probes.docs, partners)
     else:
-        stored = runtime.stored(session, spec, probes.docs, partners, True) if use_store else {}
+        stored = runtime.store_hits(session, spec, probes.docs, partners, True) if use_store else {}
     return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size, stored)
 
 
@@ -109,7 +109,7 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     the job uses the session's answer store, if it has one: what it holds is counted as reused."""
     use_store = use_store and session.store is not None
     t = _tokens(session, spec, docs, partners, truncate)
-    stored = runtime_of(spec.kind).stored(session, spec, t.docs, partners, False) if use_store else {}
+    stored = runtime_of(spec.kind).store_hits(session, spec, t.docs, partners, False) if use_store else {}
     p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached, stored)
     p.add(_probes(session, plan, spec, partners, truncate, use_store, probed))
     return p

@@ -37,7 +37,7 @@ class FilterRuntime(KindRuntime):
                 columns[f"p_yes_raw_{k + 1}"] = pa.array([p[k] for p in r.raw_p_yes], pa.float64())
         return pa.table(columns), stats
 
-    def stored(self, session, spec, docs, partners, probes):
+    def store_hits(self, session, spec, docs, partners, probes):
         if spec.limit is not None:  # a row limit computes every row in order
             return {}
         questions = [session.layout.yes_no_question(p) for p in spec.questions]

@@ -35,7 +35,7 @@ class JoinRuntime(KindRuntime):
                          "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
                          "rank": pa.array([k for _, _, _, k in pairs], pa.int32())} | columns), stats
 
-    def stored(self, session, spec, docs, partners, probes):
+    def store_hits(self, session, spec, docs, partners, probes):
         if not partners:
             return {}
         name = partner(spec)
@@ -43,7 +43,7 @@ class JoinRuntime(KindRuntime):
         room = session.pair_room(cond)
         rights = [r[:room] for r in session.layout.partners(partners, name)]  # cut as the run cuts them
         known = session.known(session.store, session.join_keys(cond, docs, rights, spec.calibration), False)
-        prompts = self.stored_all(session, spec, docs, partners)
+        prompts = self.store_hits_all(session, spec, docs, partners)
         return {i: prompts[i] for i, row in enumerate(known) if None not in row}
 
     def shape(self, spec, answers, tables, source):

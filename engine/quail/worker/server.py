@@ -296,8 +296,8 @@ class Worker(flight.FlightServerBase):
             sub = job.submission
             job.tokenized(self.session.layout.documents(job.inputs[0][0]))
             partners = job.inputs[1][0] if len(job.inputs) > 1 else []
-            stored = sub.reuse.store and self.session.store is not None
-            ahead = consumers_ahead(sub.dag_plan, sub.spec) if stored else []
+            use_store = sub.reuse.store and self.session.store is not None
+            ahead = consumers_ahead(sub.dag_plan, sub.spec) if use_store else []
             cuts = self._parts(job, ahead)
             # before computing: what the answer store holds now, not what the job adds to it
             predicted = Prediction()

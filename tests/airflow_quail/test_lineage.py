@@ -26,6 +26,13 @@ def test_operator_lineage_has_inputs_outputs_and_the_row_count(tmp_path):
     assert lineage.job_facets["sql"].query == "SELECT text FROM orders"
 
 
+def test_a_query_as_the_target_has_no_output_dataset(tmp_path):
+    """A query is no target (check_target refuses it when the task runs), but the OpenLineage
+    listener asks for lineage before that: it gets the inputs and no output, not a TypeError."""
+    lineage = operator_lineage([str(tmp_path / "a.csv")], "sql://warehouse?query=SELECT 1")
+    assert lineage.outputs == [] and [d.name for d in lineage.inputs] == [str(tmp_path / "a.csv")]
+
+
 def test_asset_uris_follow_the_openlineage_names(tmp_path, monkeypatch):
     from airflow_quail.lineage import asset_uri
 

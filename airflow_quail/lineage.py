@@ -77,10 +77,10 @@ def operator_lineage(sources: list[str], target: str, rows_out: int | None = Non
 
     inputs, queries = [], []
     for source in sources:
-        named, where = dataset_name(source), parse_sql(source)
+        named = dataset_name(source)
         if named is not None:
             inputs.append(InputDataset(*named))
-        elif where is not None and where.query is not None:
+        elif (where := parse_sql(source)) is not None and where.query is not None:
             queries.append(where.query)
     stats: dict[str, Any] = {} if rows_out is None else {
         "outputStatistics": OutputStatisticsOutputDatasetFacet(rowCount=rows_out)}

@@ -14,7 +14,10 @@ from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.executor.stats import Stats
+from quail.kinds.classify import render as render_classify
+from quail.kinds.filter import render as render_filter
 from quail.kinds.join import pair_room
+from quail.kinds.join import render as render_join
 from quail.kinds.words import DEFAULT_QUESTION, SECOND
 from quail.model.loader import LoadedModel, load_model
 from quail.model.registry import DEFAULT_MODEL, EMBEDDED
@@ -186,7 +189,7 @@ class Session:
     def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
                progress=None, rows=None, calibration="auto") -> tuple[FilterResult, Stats]:
         """calibration: "contextual" divides each predicate's content-free P(yes) out (ops/calibration.py)."""
-        questions = [self.layout.yes_no_question(p) for p in predicates]
+        questions = render_filter(self.layout, predicates)
         docs = self.documents(texts, self.layout.documents, max(map(len, questions)), truncate, rows)
         bias, probe_stats = None, None
         if self.calibrating(calibration):  # threshold 0: the content-free documents are asked every predicate
@@ -211,8 +214,7 @@ class Session:
 
     def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
                  progress=None, rows=None, calibration="auto", descriptions=()) -> tuple[ClassifyResult, Stats]:
-        q = self.layout.label_question(question or DEFAULT_QUESTION, labels, descriptions)
-        label_tokens = [self.layout.label(label) for label in labels]
+        q, label_tokens = render_classify(self.layout, question or DEFAULT_QUESTION, labels, descriptions)
         docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
         result, stats = self._labelled(docs.tokens, q, label_tokens, reuse, retain, progress, calibration)
         stats.rows_truncated = docs.truncated
@@ -251,7 +253,7 @@ class Session:
              right_rows=None, calibration="auto", partner=SECOND) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
-        cond = self.layout.pair_question(condition, partner)
+        cond = render_join(self.layout, condition, partner)
         other = self.context - self.pair_room(cond)  # what follows one document of a pair at most
         partners = self.documents(right, lambda texts: self.layout.partners(texts, partner), other, truncate,
                                   right_rows, "right row")

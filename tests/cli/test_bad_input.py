@@ -63,6 +63,15 @@ def test_bad_flags_are_refused(news, tmp_path, capsys):
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_settings_out_of_range_are_refused_by_the_spec_checks(news, tmp_path, capsys):
+    """The command line's settings are checked where a pipeline file's are, before any computing."""
+    refused(capsys, *_filter(news, tmp_path / "o.parquet", "--limit", "0"),
+            says="limit must be a positive number of rows, on a filter")
+    refused(capsys, "join", news, news, "--left-column", "text", "--right-column", "text", "--condition", " ",
+            "--output", tmp_path / "o.parquet", *MODEL, says="give at least one non-empty condition")
+    assert not (tmp_path / "o.parquet").exists()
+
+
 @pytest.mark.parametrize("settings_, says", [
     ({"threshold": "abc"}, "'threshold' must be a number, got 'abc'"),
     ({"limit": "2"}, "'limit' must be a whole number of rows, got '2'"),

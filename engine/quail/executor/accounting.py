@@ -48,9 +48,8 @@ def settle(req: Request, stats: Stats, out: Outcome, index: int) -> Reads:
         seq.fresh, seq.credits = 0, {}
         out.naive[index].tokens_naive += total
         out.naive[index].prompts += 1
-        if ext.step is not None:
-            for steps in (stats.steps, out.naive_steps[index]):
-                mine = steps.setdefault(ext.step, StepStats())
-                mine.tokens_naive += total
-                mine.prompts += 1
+        if ext.step is not None:  # the run's and this program's counts for its step
+            for s in (stats.step(ext.step), out.naive_steps[index].setdefault(ext.step, StepStats())):
+                s.tokens_naive += total
+                s.prompts += 1
     return [req.reads[off][ids].numpy() for off, ids in ext.reads]

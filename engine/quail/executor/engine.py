@@ -21,7 +21,7 @@ from quail.executor.model_runner import ModelRunner
 from quail.executor.program import Program
 from quail.executor.retention_pool import RetentionPool
 from quail.executor.scheduler import Scheduler
-from quail.executor.stats import Stats, StepStats
+from quail.executor.stats import Stats
 from quail.executor.timing import measured_cost
 from quail.kv import KVArena, PageArena
 from quail.model.llama import LlamaModel
@@ -108,7 +108,7 @@ class Engine:
             stats.tokens_naive += out.naive[k].tokens_naive
             stats.tokens_reused["prefix"] += out.naive[k].tokens_naive
             for name, s in out.naive_steps[k].items():
-                step = stats.steps.setdefault(name, StepStats())
+                step = stats.step(name)
                 step.tokens_naive += s.tokens_naive
                 step.prompts += s.prompts
             if progress is not None:

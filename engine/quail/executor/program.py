@@ -45,6 +45,16 @@ class Program:
         return None if self.doc is None else document_key(self.doc)
 
 
+def program_pages(pages_for: Callable[[int], int], rewind: bool, head: int, tail: int, n: int) -> int:
+    """The most pages a program holds at once. Rewinding: a head of `head` tokens kept across its
+    prompts, and `n` forks of it at once of at most `tail` tokens each (a fork may copy the head's
+    partial last page). From scratch: `n` prompts at once of `head` + `tail` tokens each, and one
+    page more, which a fork of a reused base may copy."""
+    if rewind:
+        return pages_for(head) + n * (1 + pages_for(tail))
+    return n * pages_for(head + tail) + 1
+
+
 @dataclass
 class Outcome:
     results: list

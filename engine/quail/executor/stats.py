@@ -1,6 +1,7 @@
 """Token accounting. For every job: tokens_computed + sum(tokens_reused) == tokens_naive."""
 
 from dataclasses import asdict, dataclass, field
+from typing import overload
 
 from quail.constants import MECHANISMS
 
@@ -31,7 +32,13 @@ class Stats:
     by_model: dict[str, dict[str, int]] = field(default_factory=dict)  # a cascade's: each model's rows and tokens
     guarantee: dict | None = None  # a cascade whose band was chosen for a target: how (planner/guarantee.py)
 
+    @overload
+    def step(self, name: str) -> StepStats: ...
+    @overload
+    def step(self, name: None) -> None: ...
+
     def step(self, name: str | None) -> StepStats | None:
+        """A step's counts (a filter's predicate), made on first use; none for a prompt of no step."""
         if name is None:
             return None
         return self.steps.setdefault(name, StepStats())

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 from pydantic import BeforeValidator
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, OperatorTokens
+from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Settings, Text, cascade_from_args
 from quail.kinds.words import DEFAULT_QUESTION
 from quail.specs import OperatorSpec
@@ -26,6 +26,12 @@ def _labels(value) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ValueError("'labels' must be a list of labels, or a mapping of each label to its description")
     return tuple(value), ()
+
+
+def render(layout: Layout, question: str, labels, descriptions=()) -> tuple[list[int], list[list[int]]]:
+    """The question's prompt after the document, and each label's tokens: the one rendering that
+    prediction, the answer store's keys and the session share."""
+    return layout.label_question(question, list(labels), descriptions), [layout.label(x) for x in labels]
 
 
 def top_columns(k: int) -> list[str]:
@@ -111,9 +117,8 @@ class Classify(OperatorKind):
                              f"probability columns; rename those labels")
 
     def tokens(self, layout, spec, docs, partners):
-
-        q = layout.label_question(spec.questions[0], list(spec.labels), spec.descriptions)
-        return OperatorTokens(docs, [len(q)], [len(layout.label(x)) for x in spec.labels])
+        q, labels = render(layout, spec.questions[0], spec.labels, spec.descriptions)
+        return OperatorTokens(docs, [len(q)], [len(x) for x in labels])
 
     def document_room(self, t, context):
         return context - t.questions[0] - max(t.labels)

@@ -5,7 +5,7 @@ import argparse
 from typing import ClassVar
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, OperatorTokens
+from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import (
     Calibration,
     CascadeSetting,
@@ -19,6 +19,12 @@ from quail.kinds.settings import (
 )
 from quail.prefix_tree import stem
 from quail.specs import METRICS, OperatorSpec
+
+
+def render(layout: Layout, predicates) -> list[list[int]]:
+    """Each predicate's prompt after the document: the one rendering that prediction, the answer
+    store's keys and the session share."""
+    return [layout.yes_no_question(p) for p in predicates]
 
 
 class FilterSettings(Settings):
@@ -60,8 +66,6 @@ class Filter(OperatorKind):
         for i, p in enumerate(args.predicate, 1):
             if not p.strip():
                 raise QuailError(f"--predicate {i} is empty")
-        if args.limit is not None and args.limit < 1:
-            raise QuailError(f"--limit must be at least 1, got {args.limit}")
         settings = FilterSettings.parse({"input": "input", "column": args.text_column, "predicates": args.predicate,
                                          "threshold": args.threshold, "limit": args.limit, "keep_all": args.keep_all,
                                          "calibration": args.calibration, "cascade": cascade_from_args(args)},
@@ -76,7 +80,7 @@ class Filter(OperatorKind):
         return len(spec.questions) > 1
 
     def tokens(self, layout, spec, docs, partners):
-        questions = [layout.yes_no_question(q) for q in spec.questions]
+        questions = render(layout, spec.questions)
         return OperatorTokens(docs, [len(q) for q in questions], stem=stem(questions))
 
     def prompts(self, t, selectivity):

@@ -5,7 +5,7 @@ pair is ranked within its left row: 1 is the highest P(yes), ties going to the e
 from typing import ClassVar, cast
 
 from quail.errors import QuailError
-from quail.kinds.base import OperatorKind, OperatorTokens
+from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Number, Settings, Texts, cascade_from_args
 from quail.kinds.words import ANCHOR, partner_name
 from quail.prefix_tree import stem
@@ -21,6 +21,12 @@ def pair_room(context: int, condition: int) -> int:
 def partner(spec: OperatorSpec) -> str:
     """What the prompt calls a right row: the name given, or the right column's name."""
     return spec.right_name.strip() if spec.right_name else partner_name(spec.columns[1])
+
+
+def render(layout: Layout, condition: str, name: str) -> list[int]:
+    """The condition's prompt after a pair (a right row named `name`): the one rendering that
+    prediction, the answer store's keys and the session share."""
+    return layout.pair_question(condition, name)
 
 
 class JoinSettings(Settings):
@@ -66,8 +72,6 @@ class Join(OperatorKind):
                                                  "--threshold), ranked")
 
     def from_args(self, args):
-        if not args.condition.strip():
-            raise QuailError("--condition is empty")
         settings = JoinSettings.parse({"left": "left", "right": "right", "left_column": args.left_column,
                                        "right_column": args.right_column, "right_name": args.right_name,
                                        "condition": args.condition, "threshold": args.threshold, "top_k": args.top_k,
@@ -92,7 +96,7 @@ class Join(OperatorKind):
 
     def tokens(self, layout, spec, docs, partners):
         name = partner(spec)
-        condition = layout.pair_question(spec.questions[0], name)
+        condition = render(layout, spec.questions[0], name)
         rendered = [p + condition for p in layout.partners(partners, name)]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
                               stem=stem(rendered))

@@ -5,12 +5,12 @@ label that begins another is scored as the answer that stops there (ops/answers.
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.executor.program import Extend, Program
+from quail.executor.program import Extend, Program, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.kinds.base import OperatorTokens
 from quail.kinds.classify import Classify
-from quail.ops.from_store import credit_stored, merge
+from quail.ops.from_store import with_stored
 from quail.ops.scoring import label_probabilities, label_scores
 from quail.reuse import Retain, Reuse
 
@@ -108,26 +108,24 @@ def run_classify(
     with stored ones is not computed."""
     found = {i: p for i, p in enumerate(known or []) if p is not None}
     if found:
-        todo = [i for i in range(len(docs)) if i not in found]
-        result, stats = run_classify(engine, [docs[i] for i in todo], question, labels, reuse, retain, progress)
-        credit_stored(stats, [(len(docs[i]) + e, None) for i in found for e in prompt_extras(question, labels)])
-        if progress is not None:
-            progress(len(found), 0)
-        probs = merge(len(docs), found, result.probabilities)
+        def rest(todo: list[int]) -> tuple[list[list[float]], Stats]:
+            r, stats = run_classify(engine, [docs[i] for i in todo], question, labels, reuse, retain, progress)
+            return r.probabilities, stats
+
+        extras = prompt_extras(question, labels)
+        probs, stats = with_stored(len(docs), found, rest, lambda i: [(len(docs[i]) + e, None) for e in extras],
+                                   progress)
         return ClassifyResult(probs, [max(range(len(p)), key=p.__getitem__) for p in probs], set(found)), stats
     n_multi = sum(len(label) > 1 for label in labels)
     longest = max(len(label) for label in labels)
     retain = retain if reuse.retention else None
     programs = []
+    make = _rewinding if reuse.rewind else _scratch
+    # rewinding, a fork per longer label; from scratch, the question alone is a prompt too
+    at_once = n_multi if reuse.rewind else 1 + n_multi
     for doc in docs:
-        head = engine.cache.pages_for(len(doc) + len(question))
-        if reuse.rewind:
-            pages = head + n_multi * (1 + engine.cache.pages_for(longest))
-            start = _rewinding(engine, doc, question, labels, retain)
-        else:
-            pages = (1 + n_multi) * engine.cache.pages_for(len(doc) + len(question) + longest) + 1
-            start = _scratch(engine, doc, question, labels, retain)
-        programs.append(Program(start, pages, doc))
+        pages = program_pages(engine.cache.pages_for, reuse.rewind, len(doc) + len(question), longest, at_once)
+        programs.append(Program(make(engine, doc, question, labels, retain), pages, doc))
     probs, stats = engine.run(programs, progress, reuse)
     best = [max(range(len(p)), key=p.__getitem__) for p in probs]
     return ClassifyResult(probs, best), stats

@@ -8,10 +8,10 @@ the document's KV when it fails or nothing later needs it.
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.executor.program import Extend, Program
+from quail.executor.program import Extend, Program, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
-from quail.ops.from_store import credit_stored, merge
+from quail.ops.from_store import with_stored
 from quail.ops.prompts import YesNoTokens
 from quail.ops.rewind import calibrated, decided, passed
 from quail.ops.scoring import p_yes
@@ -72,6 +72,11 @@ def _scratch(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
     return program
 
 
+def stored_prompts(doc: list[int], questions: list[list[int]], asked: int) -> list[tuple[int, str]]:
+    """The prompts (tokens, step) that a document's first `asked` stored answers stand for."""
+    return [(len(doc) + len(questions[k]), f"predicate_{k + 1}") for k in range(asked)]
+
+
 def run_filter(
     engine: Engine,
     docs: list[list[int]],
@@ -92,18 +97,17 @@ def run_filter(
     answered = {} if known is None or limit is not None else \
         {i: raw for i, k in enumerate(known) if (raw := decided(k, questions, threshold, bias)) is not None}
     if answered:
-        todo = [i for i in range(len(docs)) if i not in answered]
-        result, stats = run_filter(engine, [docs[i] for i in todo], questions, yes_no, threshold, None, reuse, retain,
-                                   progress, bias)
-        credit_stored(stats, [(len(docs[i]) + len(questions[k]), f"predicate_{k + 1}")
-                              for i, raw in answered.items() for k in range(len(raw))])
-        if progress is not None:
-            progress(len(answered), 0)
-        raws = merge(len(docs), {i: raw + [None] * (len(questions) - len(raw)) for i, raw in answered.items()},
-                     result.raw_p_yes)
+        def rest(todo: list[int]) -> tuple[list[list[float | None]], Stats]:
+            r, stats = run_filter(engine, [docs[i] for i in todo], questions, yes_no, threshold, None, reuse, retain,
+                                  progress, bias)
+            return r.raw_p_yes, stats
+
+        raws, stats = with_stored(len(docs), {i: raw + [None] * (len(questions) - len(raw))
+                                              for i, raw in answered.items()}, rest,
+                                  lambda i: stored_prompts(docs[i], questions, len(answered[i])), progress)
         merged = FilterResult(raw_p_yes=raws, from_store=set(answered))
-        for raw in raws:
-            asked = [p for p in raw if p is not None]
+        for row in raws:
+            asked = [p for p in row if p is not None]
             p = calibrated(asked, bias)
             merged.p_yes.append([*p, *[None] * (len(questions) - len(asked))])
             merged.passed.append(passed(p, questions, threshold))
@@ -111,10 +115,10 @@ def run_filter(
     longest_q = max(len(q) for q in questions)
     retain = retain if reuse.retention else None
     make = _chain if reuse.rewind else _scratch
-    # without rewinding, a prompt forked from a reused base may copy the base's partial last page
-    extra = 0 if reuse.rewind else 1
+    # one prompt at a time; rewinding, it extends the document in place
     programs = [Program(make(engine, doc, questions, yes_no, threshold, retain, bias),
-                        engine.cache.pages_for(len(doc) + longest_q) + extra, doc) for doc in docs]
+                        program_pages(engine.cache.pages_for, reuse.rewind, len(doc) + longest_q, 0,
+                                      0 if reuse.rewind else 1), doc) for doc in docs]
     result, total = FilterResult(), None
     if limit is not None:  # sharing reorders documents; a row limit needs them in input order
         reuse = Reuse(reuse.rewind, False, reuse.retention, reuse.borrowing)

@@ -2,12 +2,14 @@
 computed once; each partner plus the condition is added on a fork of it, scored, and dropped."""
 
 from dataclasses import dataclass, field
+from functools import partial
+from typing import cast
 
 from quail.executor.engine import Engine
-from quail.executor.program import Extend, Program
+from quail.executor.program import Extend, Program, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
-from quail.ops.from_store import credit_stored, merge
+from quail.ops.from_store import with_stored
 from quail.ops.prompts import YesNoTokens
 from quail.ops.scoring import p_yes
 from quail.prefix_tree import stem
@@ -88,34 +90,28 @@ def run_join(
 ) -> tuple[JoinResult, Stats]:
     """known: per left row, each pair's P(yes) that the answer store holds, or None: a left row with
     every pair stored is not computed."""
-    answered = {i: row for i, row in enumerate(known or []) if row and None not in row}
+    answered = {i: cast(list[float], row) for i, row in enumerate(known or []) if row and None not in row}
     if answered:
-        todo = [i for i in range(len(anchors)) if i not in answered]
-        result, stats = run_join(engine, [anchors[i] for i in todo], partner_docs, condition, yes_no, reuse, retain,
-                                 progress)
-        credit_stored(stats, [(len(anchors[i]) + len(p) + len(condition), None)
-                              for i in answered for p in partner_docs])
-        if progress is not None:
-            progress(len(answered), 0)
-        return JoinResult(merge(len(anchors), answered, result.p_yes), set(answered)), stats
+        def rest(todo: list[int]) -> tuple[list[list[float]], Stats]:
+            r, stats = run_join(engine, [anchors[i] for i in todo], partner_docs, condition, yes_no, reuse, retain,
+                                progress)
+            return r.p_yes, stats
+
+        p_yes, stats = with_stored(len(anchors), answered, rest, lambda i: [
+            (len(anchors[i]) + len(p) + len(condition), None) for p in partner_docs], progress)
+        return JoinResult(p_yes, set(answered)), stats
     partners = [p + condition for p in partner_docs]
     n_doc = [len(p) for p in partner_docs]
     longest = max((len(p) for p in partners), default=0)
     fanout = max(1, min(len(partners), engine.plan.max_batch_tokens // max(longest, 1)))
     retain = retain if reuse.retention else None
     programs = []
+    make = _anchored if reuse.rewind else _scratch
     for anchor in anchors:
-        if reuse.rewind:
-            per_kid = 1 + engine.cache.pages_for(longest)
-            head = engine.cache.pages_for(len(anchor) + stem(partners))
-            fan = max(1, min(fanout, (engine.plan.arena_pages - head) // per_kid))
-            pages = head + fan * per_kid
-            start = _anchored(engine, anchor, partners, n_doc, yes_no, fan, retain)
-        else:
-            per_pair = engine.cache.pages_for(len(anchor) + longest)
-            fan = max(1, min(fanout, (engine.plan.arena_pages - 1) // per_pair))
-            pages = fan * per_pair + 1  # a fork of a reused base may copy its partial last page
-            start = _scratch(engine, anchor, partners, n_doc, yes_no, fan, retain)
-        programs.append(Program(start, pages, anchor))
+        # rewinding, the anchor and the partners' common opening are kept; the pairs fork them
+        head = len(anchor) + (stem(partners) if reuse.rewind else 0)
+        pages = partial(program_pages, engine.cache.pages_for, reuse.rewind, head, longest)  # of n pairs at once
+        fan = max(1, min(fanout, (engine.plan.arena_pages - pages(0)) // (pages(1) - pages(0))))  # as the arena holds
+        programs.append(Program(make(engine, anchor, partners, n_doc, yes_no, fan, retain), pages(fan), anchor))
     probs, stats = engine.run(programs if partners else [], progress, reuse)
     return JoinResult(probs if partners else [[] for _ in anchors]), stats

@@ -32,6 +32,7 @@ from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, d
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
 from quail.reuse import Reuse
+from quail.runtime import runtime_of
 from quail.runtime.compute import compute_window, parts, predict
 from quail.session import Session
 from quail.specs import OperatorSpec
@@ -223,8 +224,8 @@ class Runner:
         def run_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
             done = compute_window(session, plan, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
                                   bars[spec.name])
-            if done.observed is not None:
-                seen[spec.name] = [seen[spec.name][0] + done.observed[0], seen[spec.name][1] + done.observed[1]]
+            if (observed := runtime_of(spec.kind).observed(window.spec, done.answers)) is not None:
+                seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
             source = first.name if spec is head else fed[spec.name].source
             table, counted = window.shaped(done.answers, source)
             if spec.name in reviews:

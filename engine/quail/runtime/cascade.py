@@ -35,10 +35,9 @@ def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predica
     if not cascade.chosen:
         cascade, chosen = choose_band(session, cascade, texts, predicates, threshold, reuse, truncate, progress,
                                       rows, calibration)
-    result, stats = session.filter(texts, predicates, cascade.band()[0], None, reuse, retain, truncate, progress,
-                                   rows, calibration)
-    stats.of_model(session.loaded.name, len(texts))
     low, high = cascade.band()
+    result, stats = session.filter(texts, predicates, low, None, reuse, retain, truncate, progress, rows, calibration)
+    stats.of_model(session.loaded.name, len(texts))
     unsure = [i for i, p in enumerate(result.p_yes) if not decides(p, low, high)]
     escalated, more = [False] * len(texts), Stats()
     if unsure:

@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from quail.kinds.classify import Classify, top_columns
+from quail.kinds.classify import Classify, render, top_columns
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
 
@@ -38,8 +38,7 @@ class ClassifyRuntime(KindRuntime):
         return scatter(answers, table.num_rows, names, source, table)
 
     def store_hits(self, session, spec, docs, partners, probes):
-        q = session.layout.label_question(spec.questions[0], list(spec.labels), spec.descriptions)
-        labels = [session.layout.label(x) for x in spec.labels]
+        q, labels = render(session.layout, spec.questions[0], spec.labels, spec.descriptions)
         keys = session.classify_keys(q, labels, docs, spec.calibration)
         found = session.store.get(keys, len(labels), touch=False)
         prompts = self.store_hits_all(session, spec, docs, partners)

@@ -37,13 +37,11 @@ def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse
 @dataclass
 class WindowAnswers:
     """What computing one window (or one part of it) gives: the answers by input row, the accounting,
-    a cascade's larger model's share of it, and, for a kind that narrows its rows, (rows asked, rows
-    passed) for the selectivity store."""
+    and a cascade's larger model's share of it."""
 
     answers: pa.Table
     stats: Stats
     escalated: Prediction
-    observed: tuple[int, int] | None
 
 
 def compute_window(session: Session, plan: Plan, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
@@ -52,7 +50,7 @@ def compute_window(session: Session, plan: Plan, spec: OperatorSpec, op: Operato
     """One window of an operator, as the CLI's runner and the worker both compute it."""
     answers, stats = compute(session, spec, op, reuse, inputs, truncate, progress, scope)
     escalated = predict_escalated(session, plan, spec, answers, inputs, truncate, stats)
-    return WindowAnswers(answers, stats, escalated, runtime_of(spec.kind).observed(spec, answers))
+    return WindowAnswers(answers, stats, escalated)
 
 
 def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], use_store: bool = True) -> list[tuple[int, int]]:

@@ -4,8 +4,9 @@ with `passed` and `p_yes_k`, under keep_all)."""
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quail.kinds.filter import Filter
+from quail.kinds.filter import Filter, render
 from quail.ops.calibration import column_means
+from quail.ops.filter import stored_prompts
 from quail.ops.rewind import decided
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter
@@ -40,7 +41,7 @@ class FilterRuntime(KindRuntime):
     def store_hits(self, session, spec, docs, partners, probes):
         if spec.limit is not None:  # a row limit computes every row in order
             return {}
-        questions = [session.layout.yes_no_question(p) for p in spec.questions]
+        questions = render(session.layout, spec.questions)
         threshold = 0.0 if probes else spec.threshold
         bias: list[float] | None = None
         if not probes and session.calibrating(spec.calibration):  # the bias, from the stored probes
@@ -50,7 +51,7 @@ class FilterRuntime(KindRuntime):
                 return {}
             bias = column_means(asked)
         known = session.known(session.store, session.filter_keys(questions, docs, spec.calibration), False)
-        return {i: sum(len(doc) + len(questions[k]) for k in range(len(raw))) for i, (doc, row) in
+        return {i: sum(t for t, _ in stored_prompts(doc, questions, len(raw))) for i, (doc, row) in
                 enumerate(zip(docs, known)) if (raw := decided(row, questions, threshold, bias)) is not None}
 
     def shape(self, spec, answers, tables, source):

@@ -4,7 +4,7 @@ best `top_k` of them, if given), ranked within their left row."""
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quail.kinds.join import Join, partner
+from quail.kinds.join import Join, partner, render
 from quail.runtime.base import KindRuntime
 
 
@@ -39,7 +39,7 @@ class JoinRuntime(KindRuntime):
         if not partners:
             return {}
         name = partner(spec)
-        cond = session.layout.pair_question(spec.questions[0], name)
+        cond = render(session.layout, spec.questions[0], name)
         room = session.pair_room(cond)
         rights = [r[:room] for r in session.layout.partners(partners, name)]  # cut as the run cuts them
         known = session.known(session.store, session.join_keys(cond, docs, rights, spec.calibration), False)

@@ -29,6 +29,7 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import KINDS
 from quail.planner.predict import Prediction
+from quail.runtime import runtime_of
 from quail.runtime.compute import compute, compute_window, parts, predict
 from quail.session import Session
 from quail.trust import owned_file, private_folder
@@ -309,7 +310,6 @@ class Worker(flight.FlightServerBase):
                 return
             tables: list[pa.Table] = []
             stats: Stats | None = None
-            seen: tuple[int, int] | None = None
             for lo, hi in cuts:
                 inputs = [(job.inputs[0][0][lo:hi], job.inputs[0][1][lo:hi]), *job.inputs[1:]]
                 done = compute_window(self.session, sub.dag_plan, sub.spec, sub.op, sub.reuse, inputs,
@@ -318,12 +318,10 @@ class Worker(flight.FlightServerBase):
                 self._ahead(job, ahead, done.answers, inputs)
                 tables.append(done.answers)
                 stats = done.stats if stats is None else stats.merge(done.stats)
-                if done.observed is not None:  # rows asked and passed add up over the parts
-                    seen = done.observed if seen is None else (seen[0] + done.observed[0], seen[1] + done.observed[1])
             answers = pa.concat_tables(tables)
             assert stats is not None  # a job has one part at least
             job.predicted = predicted.rounded()
-            if seen is not None:
+            if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
                     self.store.record(job.spec.fingerprint(), *seen)
             job.results, job.stats, job.state = answers, stats.to_dict(), JobState.DONE

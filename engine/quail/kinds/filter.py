@@ -27,6 +27,11 @@ def render(layout: Layout, predicates) -> list[list[int]]:
     return [layout.yes_no_question(p) for p in predicates]
 
 
+def stored_prompts(doc: list[int], questions: list[list[int]], asked: int) -> list[tuple[int, str]]:
+    """The prompts (tokens, step) that a document's first `asked` stored answers stand for."""
+    return [(len(doc) + len(questions[k]), f"predicate_{k + 1}") for k in range(asked)]
+
+
 class FilterSettings(Settings):
     kind: ClassVar[str] = "filter"
     input: Name

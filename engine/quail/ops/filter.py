@@ -11,6 +11,7 @@ from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
+from quail.kinds.filter import stored_prompts
 from quail.ops.from_store import with_stored
 from quail.ops.prompts import YesNoTokens
 from quail.ops.rewind import calibrated, decided, passed
@@ -70,11 +71,6 @@ def _scratch(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
         return probs
 
     return program
-
-
-def stored_prompts(doc: list[int], questions: list[list[int]], asked: int) -> list[tuple[int, str]]:
-    """The prompts (tokens, step) that a document's first `asked` stored answers stand for."""
-    return [(len(doc) + len(questions[k]), f"predicate_{k + 1}") for k in range(asked)]
 
 
 def run_filter(

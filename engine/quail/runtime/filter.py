@@ -4,9 +4,8 @@ with `passed` and `p_yes_k`, under keep_all)."""
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quail.kinds.filter import Filter, render
+from quail.kinds.filter import Filter, render, stored_prompts
 from quail.ops.calibration import column_means
-from quail.ops.filter import stored_prompts
 from quail.ops.rewind import decided
 from quail.runtime.base import KindRuntime
 from quail.runtime.outputs import scatter

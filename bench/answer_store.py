@@ -1,55 +1,126 @@
-"""The answer store's cost per answer: inserts and lookups per second and bytes on disk, for
-SQLite in WAL mode (quail/answer_store.py) and, as the simplest alternative a user could
-reach for, the standard library's dbm (one key-value file, one writer, no LRU, no sharing across
-processes while written).
+"""The answer store's cost per answer: inserts and lookups per second and bytes on disk, for the
+embedded SQLite file (quail/answer_store.py) and PostgreSQL over loopback
+(quail/answer_store_postgres.py), with 1 and with 4 workers at once; for PostgreSQL, lookups at
+several batch sizes (the keys of one statement); and, as the simplest alternative a user could
+reach for, the standard library's dbm (one key-value file, one writer, no LRU, no sharing).
 
-    python bench/answer_store.py 200000
+    PYTHONPATH=engine:. python bench/answer_store.py 200000
+
+PostgreSQL: a throwaway cluster of the installed server binaries (tests/postgres.py), or --url.
 """
 
+import argparse
 import dbm
 import json
+import multiprocessing
 import random
-import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
-from quail.answer_store import AnswerStore, answer_key
+from quail import answer_store_postgres
+from quail.answer_store import answer_key
+from quail.answer_stores import open_store
+
+WINDOW = 8192  # answers a run writes at a time
 
 
-def main(n: int) -> None:
+def items_of(n: int) -> list[tuple[bytes, list[float]]]:
     rng = random.Random(0)
-    items = [(answer_key("model:float32:cpu", "filter\x1fnone\x1f[1, 2, 3]", [i]), [rng.random()]) for i in range(n)]
+    return [(answer_key("model:float32:cpu", "filter\x1fnone\x1f[1, 2, 3]", [i]), [rng.random()]) for i in range(n)]
+
+
+def _work(location: str, what: str, part: list, batch: int, barrier, out) -> None:
+    answer_store_postgres.BATCH = batch
+    store = open_store(location)  # its own connection, nothing found lately in its memory
+    barrier.wait()
+    if what == "put":
+        for lo in range(0, len(part), WINDOW):
+            store.put(part[lo: lo + WINDOW])
+        out.put(len(part))
+    else:
+        out.put(sum(len(store.get(part[lo: lo + WINDOW], 1)) for lo in range(0, len(part), WINDOW)))
+    store.close()
+
+
+def timed(location: str, what: str, parts: list[list], batch: int = answer_store_postgres.BATCH) -> tuple[float, int]:
+    """Seconds for len(parts) processes to do `what` with their part at once, and what they found."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(len(parts) + 1), ctx.Queue()
+    procs = [ctx.Process(target=_work, args=(location, what, p, batch, barrier, out)) for p in parts]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    t = time.perf_counter()
+    done = sum(out.get() for _ in procs)
+    elapsed = time.perf_counter() - t
+    for p in procs:
+        p.join()
+    return elapsed, done
+
+
+def backend(name: str, location: str, n: int, workers: int) -> None:
+    items = items_of(n)
+    store = open_store(location)
+    store.clear()
+    put, _ = timed(location, "put", [items[i::workers] for i in range(workers)])
     keys = [k for k, _ in items]
-    rng.shuffle(keys)
-    with tempfile.TemporaryDirectory() as d:
-        store = AnswerStore(Path(d) / "a.sqlite")
+    random.Random(1).shuffle(keys)
+    get, found = timed(location, "get", [keys[i::workers] for i in range(workers)])
+    report(name, n, workers, put, get, found, store.size())
+    store.close()
+
+
+def batches(location: str, n: int) -> None:
+    keys = [k for k, _ in items_of(n)]
+    random.Random(1).shuffle(keys)
+    for batch in (500, 2000, 5000, 20000):
+        get, found = timed(location, "get", [keys], batch)
+        print(json.dumps({"store": "postgresql", "batch": batch, "found": found, "lookups_per_s": round(n / get)}))
+
+
+def dbm_baseline(n: int) -> None:
+    items = items_of(n)
+    keys = [k for k, _ in items]
+    random.Random(1).shuffle(keys)
+    with tempfile.TemporaryDirectory() as d, dbm.open(str(Path(d) / "b"), "c") as db:
         t = time.perf_counter()
-        for lo in range(0, n, 8192):  # a window's answers at a time, as a run writes them
-            store.put(items[lo : lo + 8192])
+        for k, v in items:
+            db[k] = json.dumps(v)
         put = time.perf_counter() - t
-        store.close()
-        store = AnswerStore(Path(d) / "a.sqlite")  # another process's view: nothing found lately in memory
         t = time.perf_counter()
-        found = sum(len(store.get(keys[lo : lo + 8192], 1)) for lo in range(0, n, 8192))
+        found = sum(k in db and bool(db[k]) for k in keys)
         get = time.perf_counter() - t
-        report("sqlite (WAL)", n, put, get, found, store.size())
-        with dbm.open(str(Path(d) / "b"), "c") as db:
-            t = time.perf_counter()
-            for k, v in items:
-                db[k] = json.dumps(v)
-            put = time.perf_counter() - t
-            t = time.perf_counter()
-            found = sum(k in db and bool(db[k]) for k in keys)
-            get = time.perf_counter() - t
         size = sum(p.stat().st_size for p in Path(d).glob("b*"))
-        report(f"dbm ({dbm.whichdb(str(Path(d) / 'b'))})", n, put, get, found, size)
+        report(f"dbm ({dbm.whichdb(str(Path(d) / 'b'))})", n, 1, put, get, found, size)
 
 
-def report(name: str, n: int, put: float, get: float, found: int, size: int) -> None:
-    print(json.dumps({"store": name, "answers": n, "found": found, "inserts_per_s": round(n / put),
-                      "lookups_per_s": round(n / get), "bytes_per_answer": round(size / n, 1)}))
+def report(name: str, n: int, workers: int, put: float, get: float, found: int, size: int) -> None:
+    print(json.dumps({"store": name, "answers": n, "workers": workers, "found": found,
+                      "inserts_per_s": round(n / put), "lookups_per_s": round(n / get),
+                      "bytes_per_answer": round(size / n, 1)}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=int, nargs="?", default=200_000)
+    ap.add_argument("--url", help="a PostgreSQL store URL; default: a throwaway cluster")
+    args = ap.parse_args()
+    if args.url:
+        cluster = nullcontext(None)
+    else:
+        from tests.postgres import throwaway_cluster
+
+        cluster = throwaway_cluster()
+    with tempfile.TemporaryDirectory() as d, cluster as c:
+        url = args.url or c.url()
+        for workers in (1, 4):
+            backend("sqlite (WAL)", str(Path(d) / "a.sqlite"), args.n, workers)
+            backend("postgresql (loopback)", url, args.n, workers)
+        batches(url, args.n)
+    dbm_baseline(args.n)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000)
+    main()

@@ -110,7 +110,7 @@ def tiny_model_dir(tmp_path_factory):
 # transformers, or a worker started, which loads one) or a whole Airflow. `make test-fast` leaves
 # both out; `make test` runs everything.
 _LOADS_A_MODEL = ("smollm2", "tiny_llama", "tiny_model_dir", "tiny_hf_model", "quail_from_hf", "local_default",
-                  "two_workers", "Session.open", "--model")
+                  "two_workers", "serving(", "Session.open", "--model")
 _DEPLOYS_AIRFLOW = ("airflow_env", "dags_test", "airflow standalone", "api-server")
 
 

@@ -10,7 +10,7 @@ from quail.model.registry import DEFAULT_MODEL
 from quail.pipeline.windows import check_max_tokens
 from quail.worker.client import DEFAULT_TIMEOUT, WorkerClient, WorkerLost, describe_load
 from quail.worker.local import ensure_local_worker
-from quail.worker.routing import route
+from quail.worker.routing import placement, route
 from quail.worker.tokens import read_token
 
 
@@ -55,14 +55,14 @@ class QuailHook(BaseHook):
             workers = [host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"]
         return workers, token, extra
 
-    def get_conn(self, run: str | None = None) -> WorkerClient:
-        """The worker for a task of DAG run `run` (its routing key): with several workers listed in
-        the extras (`{"workers": ["grpc://h1:8815", ...]}`), the run's home (quail.worker.routing);
-        else the connection's one worker."""
+    def get_conn(self, dag: str = "", partition: int | None = None) -> WorkerClient:
+        """The worker for a task of DAG `dag` and partition `partition` (its map index; None if it is
+        not mapped): with several workers listed in the extras (`{"workers": ["grpc://h1:8815", ...]}`),
+        the partition's home (quail.worker.routing); else the connection's one worker."""
         workers, token, extra = self._remote()
         timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
         if len(workers) > 1:
-            return self._routed(workers, run or "", token, timeout)
+            return self._routed(placement(workers, dag, partition), token, timeout)
         if workers:
             return _client(workers[0], token, timeout)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
@@ -114,22 +114,22 @@ class QuailHook(BaseHook):
         lines = [f"{loc}: {info if isinstance(info, str) else describe_load(info)}" for loc, info in loads.items()]
         return all(not isinstance(info, str) for info in loads.values()), "; ".join(lines)
 
-    def _routed(self, workers: list[str], run: str, token: str | None, timeout: float) -> WorkerClient:
+    def _routed(self, order: tuple[str, ...], token: str | None, timeout: float) -> WorkerClient:
         loads = {}
-        for location, info in _loads(workers, token).items():
+        for location, info in _loads(list(order), token).items():
             if isinstance(info, str):
                 self.log.warning("Quail worker %s does not answer (%s); passed over", location, info)
             else:
                 loads[location] = info["queued_tokens"]
-        chosen = route(workers, run, loads)
+        chosen = route(order, loads)
         if chosen is None:
-            raise WorkerLost(f"none of the connection's Quail workers answers: {', '.join(workers)}")
+            raise WorkerLost(f"none of the connection's Quail workers answers: {', '.join(order)}")
         if chosen.spilled:
-            self.log.warning("the run's Quail worker %s is far busier (%d queued tokens) than %s (%d): this task "
-                             "goes there and loses the run's retained KV", chosen.home, loads[chosen.home],
-                             chosen.worker, loads[chosen.worker])
+            self.log.warning("the partition's Quail worker %s is far busier (%d queued tokens) than %s (%d): this "
+                             "task goes there and loses the KV its producer retained", chosen.home,
+                             loads[chosen.home], chosen.worker, loads[chosen.worker])
         elif chosen.worker != chosen.order[0]:
-            self.log.warning("the run's Quail worker %s does not answer: failing over to %s", chosen.order[0],
+            self.log.warning("the partition's Quail worker %s does not answer: failing over to %s", chosen.order[0],
                              chosen.worker)
         return _client(chosen.worker, token, timeout)
 

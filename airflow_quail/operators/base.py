@@ -52,7 +52,7 @@ class _TaskRun:
     identity: Identity
     stage: WindowStage
     hook: QuailHook
-    route: str  # the DAG run's routing key (QuailHook.get_conn)
+    route: tuple[str, int]  # the task's routing key, its DAG and partition (QuailHook.get_conn)
     client: WorkerClient
     plan: Plan  # the DAG's plan (or the operator's alone), for the predicted accounting
     op: OperatorPlan
@@ -244,10 +244,14 @@ class BaseLLMOperator(BaseOperator):
     def _task_run(self, context, where, ended: tuple[int, dict] | None) -> "_TaskRun":
         ti = context["ti"]
         identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
-        hook, route = QuailHook(self.quail_conn_id), f"{ti.dag_id}\x1f{ti.run_id}"
-        # a window a trigger saw end is fetched from the worker that ran it; else the run's worker
-        client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
-            hook.get_conn(run=route)
+        hook, route = QuailHook(self.quail_conn_id), (identity.dag_id, identity.map_index)
+        # a window a trigger saw end is fetched from the worker that ran it; else the partition's worker,
+        # waited for while the whole pool does not answer (a rolling update), as for a lost one
+        try:
+            client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
+                hook.get_conn(*route)
+        except WorkerLost:
+            client = self._reconnect(hook, route)
         reuse = Reuse(store=hook.answer_store) if self.reuse else Reuse.none()
         return _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
                         hook, route, client, *self.plan_entry(), reuse, source_rows(self.sources()[0]))
@@ -276,14 +280,14 @@ class BaseLLMOperator(BaseOperator):
                 self.log.warning("window %d: %s", window.k, e)
                 run.client, status = self._reconnect(run.hook, run.route), None
 
-    def _reconnect(self, hook: QuailHook, route: str) -> WorkerClient:
-        """The run's worker, once it answers again: a lost local worker is started again, a remote one
-        waited for with a bounded backoff, for at most the connection's `worker_lost_timeout`."""
+    def _reconnect(self, hook: QuailHook, route: tuple[str, int]) -> WorkerClient:
+        """The partition's worker, once one answers again: a lost local worker is started again, a
+        remote one waited for with a bounded backoff, for at most the connection's `worker_lost_timeout`."""
         bound, delay = hook.worker_lost_timeout, 1.0
         deadline = time.monotonic() + bound
         while True:
             try:
-                client = hook.get_conn(run=route)
+                client = hook.get_conn(*route)
                 client.info()
                 self.log.info("the Quail worker %s answers; resubmitting", client.location)
                 return client

@@ -9,10 +9,11 @@ so a changed threshold, top-k or calibration still finds them. No text is stored
 and numbers.
 
 SQLite in WAL mode: one writer and many readers across processes, crash-safe, embedded. Why, and
-the figures: bench/README.md, "The answer store". It is bounded (`max_bytes`) and forgets the
-least recently used answers first. A store that is corrupt, truncated or not a database is set
-aside and started anew; one that cannot be written (a read-only folder, a full disk) is used as far
-as it can be, with a warning, and the run goes on.
+the figures: bench/README.md, "The answer store". A pool of workers shares one on PostgreSQL
+instead (quail/answer_store_postgres.py), with the same keys, values and semantics. It is bounded
+(`max_bytes`) and forgets the least recently used answers first. A store that is corrupt,
+truncated or not a database is set aside and started anew; one that cannot be written (a read-only
+folder, a full disk) is used as far as it can be, with a warning, and the run goes on.
 
 What it holds becomes output, so it is trusted only when it could have been written by its user
 alone: a store (or its folder, or its log) that another user owns or may write is not used, with a
@@ -45,8 +46,10 @@ RECENT = 1 << 16  # answers found lately, kept in memory: a window's prediction 
 
 
 def default_path() -> Path:
-    """$QUAIL_ANSWER_STORE, else answers.sqlite in Quail's home: shared by the CLI and the local workers."""
-    return Path(os.environ.get("QUAIL_ANSWER_STORE") or home() / "answers.sqlite")
+    """$QUAIL_ANSWER_STORE where it is a path, else answers.sqlite in Quail's home: shared by the CLI
+    and the local workers (quail/answer_stores.py opens a database URL)."""
+    given = os.environ.get("QUAIL_ANSWER_STORE", "")
+    return Path(given) if given and "://" not in given else home() / "answers.sqlite"
 
 
 def answer_key(model: str, question: str, document: list[int]) -> bytes:
@@ -69,7 +72,7 @@ class AnswerStore:
         """max_bytes: by default $QUAIL_ANSWER_STORE_MAX_BYTES, else 1 GiB. touch_every: seconds; an
         answer's last use is recorded no more often, so that looking up seldom means writing."""
         self.path = Path(path) if path is not None else default_path()
-        self.max_bytes = max_bytes or _max_bytes()
+        self.max_bytes = max_bytes or bound_bytes()
         self.touch_ns = int(touch_every * 1e9)
         self.writable = True
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
@@ -174,7 +177,7 @@ class AnswerStore:
                     rows = self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
                                             f"({','.join('?' * len(part))})", part).fetchall()
                     for k, v, used in rows:
-                        if (answer := _answer(v, width)) is None:
+                        if (answer := as_answer(v, width)) is None:
                             damaged += 1
                         else:
                             recent[bytes(k)] = (answer, used)
@@ -264,7 +267,7 @@ class AnswerStore:
             self._db = None
 
 
-def _answer(value, width: int) -> list[float] | None:
+def as_answer(value, width: int) -> list[float] | None:
     """A stored value as `width` probabilities, or None if it is not one (damaged or planted)."""
     if not isinstance(value, bytes) or len(value) != 8 * width:
         return None
@@ -272,7 +275,7 @@ def _answer(value, width: int) -> list[float] | None:
     return answer if all(0.0 <= p <= 1.0 for p in answer) else None  # NaN is neither
 
 
-def _max_bytes() -> int:
+def bound_bytes() -> int:
     value = os.environ.get("QUAIL_ANSWER_STORE_MAX_BYTES", "")
     if not value:
         return DEFAULT_MAX_BYTES

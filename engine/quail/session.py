@@ -8,8 +8,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from quail.answer_store import AnswerStore, answer_key
+from quail.answer_store import answer_key
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
@@ -28,6 +29,9 @@ from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import PromptLayout
 from quail.reuse import Retain, Reuse
 from quail.specs import CALIBRATIONS
+
+if TYPE_CHECKING:
+    from quail.answer_stores import Store
 
 
 def _reuse(reuse: bool | Reuse) -> Reuse:
@@ -60,7 +64,7 @@ class Session:
         self.options: dict = {}  # how Session.open made it: how its peers are opened
         self.peers: dict[str, Session] = {}
         self.peers_lock = threading.Lock()
-        self.store: AnswerStore | None = None  # the answer store, where a front end opens one
+        self.store: Store | None = None  # the answer store, where a front end opens one
 
     @classmethod
     def open(cls, model: str = DEFAULT_MODEL, dtype: str = "auto", arena_pages: int | None = None,
@@ -147,7 +151,7 @@ class Session:
         """The documents contextual calibration asks every question of."""
         return [self.layout.document(text) for text in CONTENT_FREE]
 
-    def _store(self, reuse) -> AnswerStore | None:
+    def _store(self, reuse) -> "Store | None":
         return self.store if _reuse(reuse).store else None
 
     def _calibration(self, calibration: str) -> str:
@@ -168,7 +172,7 @@ class Session:
         return [answer_key(self.loaded.identity, asked, d) for d in docs]
 
     @staticmethod
-    def known(store: AnswerStore, keys: list[list[bytes]], touch: bool = True) -> list[list[float | None]]:
+    def known(store: "Store", keys: list[list[bytes]], touch: bool = True) -> list[list[float | None]]:
         """Per document, each stored answer's single value (a P(yes)), or None."""
         found = store.get([k for row in keys for k in row], 1, touch)
         return [[found[k][0] if k in found else None for k in row] for row in keys]

@@ -59,3 +59,18 @@ def owned_file(path: Path, readable_by_others: bool = True, kind: str = "file") 
     if not readable_by_others and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise QuailError(f"file {path} is open to other users (mode {stat.filemode(st.st_mode)}); chmod 600 it")
     return True
+
+
+def secret_file(path: str, flag: str) -> str:
+    """The text of a file that holds a secret (a token, a database URL with its password): refused
+    unless only its owner can read it, since one on the command line shows in `ps`."""
+    try:
+        mode = os.stat(path).st_mode
+        secret = Path(path).read_text().strip()
+    except OSError as e:
+        raise QuailError(f"{flag} {path}: {e.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise QuailError(f"{flag} {path} is open to other users (mode {stat.filemode(mode)}); chmod 600 it")
+    if not secret:
+        raise QuailError(f"{flag} {path} is empty")
+    return secret

@@ -4,6 +4,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -76,10 +77,11 @@ def local_default(tmp_path, monkeypatch):
     stop_local_workers(tmp_path / "worker")
 
 
-@pytest.fixture
-def two_workers(tmp_path):
-    """Two `quail worker serve` processes (smollm2, fp32) on loopback ports with one token:
-    {location: process}, the token file. Each is killed afterwards."""
+@contextmanager
+def serving(tmp_path: Path, *args: str, homes: bool = False):
+    """Two `quail worker serve` processes (smollm2, fp32) on loopback ports with one token, given
+    `args` too, each with a QUAIL_HOME of its own if `homes` (as two hosts' are): {location:
+    process}, the token file. Each is killed afterwards."""
     from quail.worker.client import WorkerClient
 
     token_file = tmp_path / "worker.token"
@@ -90,10 +92,11 @@ def two_workers(tmp_path):
         for i in range(2):
             port = free_port()
             log = open(tmp_path / f"quail-worker-{i}.log", "w")
+            env = dict(os.environ, QUAIL_HOME=str(tmp_path / f"quail-home-{i}")) if homes else None
             procs[f"grpc://127.0.0.1:{port}"] = subprocess.Popen(
                 [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", "smollm2-135m", "--dtype", "float32",
-                 "--port", str(port), "--token-file", str(token_file), "--arena-pages", "1024", "--threads", "1"],
-                stdout=log, stderr=log, start_new_session=True)
+                 "--port", str(port), "--token-file", str(token_file), "--arena-pages", "1024", "--threads", "1",
+                 *args], stdout=log, stderr=log, start_new_session=True, env=env)
         for location, proc in procs.items():
             deadline = time.time() + 180
             while True:
@@ -108,6 +111,12 @@ def two_workers(tmp_path):
         for proc in procs.values():
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def two_workers(tmp_path):
+    with serving(tmp_path) as served:
+        yield served
 
 
 def free_port() -> int:

@@ -6,11 +6,6 @@ import json
 import os
 import re
 import stat
-import shutil
-import socket
-import subprocess
-import tempfile
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +16,7 @@ from hypothesis import strategies as st
 
 from airflow_quail.io import read_source, write_target
 from quail.errors import QuailError
+from tests.postgres import throwaway_cluster
 
 TABLE = pa.table({"id": [1, 2, 3], "text": ["a goal", None, "rates rose"], "score": [0.5, 1.5, None],
                   "ok": [True, False, True]})
@@ -33,32 +29,10 @@ def sqlite_conn(tmp_path, monkeypatch):
     return "news_db"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def postgres():
-    """A throwaway PostgreSQL cluster on a loopback port, owned by the postgres user (pytest's own
-    temporary folders are private to root, so it lives in a folder of its own)."""
-    pg_bin = next((Path(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
-    if pg_bin is None or shutil.which("runuser") is None:
-        pytest.skip("PostgreSQL server binaries are not installed (.ci/run installs them)")
-    data = Path(tempfile.mkdtemp(prefix="quail-pg-"))
-    shutil.chown(data, "postgres")
-    port = _free_port()
-    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run(as_pg + [str(pg_bin / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "postgres"],
-                   check=True, capture_output=True)
-    subprocess.run(as_pg + [str(pg_bin / "pg_ctl"), "-D", str(data / "db"), "-w", "-l", str(data / "log"), "-o",
-                            f"-p {port} -c listen_addresses=127.0.0.1 -k {data}", "start"], check=True,
-                   capture_output=True)
-    yield port
-    subprocess.run(as_pg + [str(pg_bin / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"],
-                   capture_output=True)
-    shutil.rmtree(data, ignore_errors=True)
+    with throwaway_cluster() as cluster:
+        yield cluster.port
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from quail.answer_store import AnswerStore, default_path
+from quail.answer_stores import open_store, store_location
 from quail.cli import band
 from quail.cli.progress import Progress
 from quail.constants import (
@@ -71,6 +71,17 @@ def _device_options() -> "_Parser":
     return p
 
 
+def _store_options(p: argparse.ArgumentParser, more: str = "") -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--answer-store", metavar="PATH|URL",
+                       help="the answer store: a path (SQLite; default answers.sqlite in $QUAIL_HOME), or a "
+                            "postgresql+psycopg://USER@HOST:PORT/DB URL, its password by PGPASSWORD or PGPASSFILE; "
+                            "default $QUAIL_ANSWER_STORE" + more)
+    where.add_argument("--answer-store-file", metavar="FILE",
+                       help="a file, readable by its owner alone, that holds the store's URL with its password "
+                            "(default $QUAIL_ANSWER_STORE_FILE)")
+
+
 def _run_options() -> "_Parser":
     """What every command that computes operators takes: reuse switches, inputs and windows."""
     p = _Parser(add_help=False, parents=[_device_options()])
@@ -81,6 +92,7 @@ def _run_options() -> "_Parser":
     p.add_argument("--no-borrowing", action="store_true", help="admission never takes retained KV's pages")
     p.add_argument("--no-answer-store", action="store_true",
                    help="neither look answers up in the answer store nor keep new ones (`quail answers`)")
+    _store_options(p)
     p.add_argument("--on-null", choices=["fail", "skip"], default="fail", help="NULL or empty text")
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
     p.add_argument("--window-rows", type=at_least(1), default=DEFAULT_WINDOW_ROWS,
@@ -164,11 +176,13 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
     w.add_argument("--no-answer-store", action="store_true", help="keep no answers across jobs and restarts")
+    _store_options(w, "; a pool of workers shares one database")
     w.add_argument("--max-jobs", type=at_least(1), default=8,
                    help="jobs computed at once, batched into the same passes")
 
     a = sub.add_parser("answers", help="the answer store: what it holds, or empty it")
     a.add_argument("action", choices=["stats", "clear"])
+    _store_options(a)
 
     m = sub.add_parser("models", help="list or install the embedded models")
     m.add_argument("action", choices=["list", "pull"])
@@ -286,7 +300,8 @@ def _worker(args) -> None:
     torch.set_num_threads(_threads(args))
     # each start-up phase on its own line: the hook that started this worker logs them in the task's log
     session = _open_session(args.model, args, lambda m: print(f"quail worker: {m}", file=sys.stderr, flush=True))
-    session.store = None if args.no_answer_store else AnswerStore()
+    session.store = None if args.no_answer_store else \
+        open_store(args.answer_store, args.answer_store_file, args.max_jobs)
     token = given or new_token()
     server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
     if not given:
@@ -305,7 +320,7 @@ def run(argv=None) -> int:
         _models(args)
         return 0
     if args.command == "answers":
-        store = AnswerStore()
+        store = open_store(args.answer_store, args.answer_store_file)
         if args.action == "clear":
             print(f"removed {store.clear():,} answers from {store.path}")
         else:
@@ -358,7 +373,7 @@ def run(argv=None) -> int:
                 raise QuailError(f"operator {spec.name!r}: the cascade's model is --model itself; name a larger one")
             check_available(spec.cascade.model)
     session = _open_session(pipeline.model, args)
-    session.store = AnswerStore() if reuse.store else None
+    session.store = open_store(args.answer_store, args.answer_store_file) if reuse.store else None
     if explain:
         engine = session.engine
         runner.plan_windows(session, plan, reuse)
@@ -383,7 +398,7 @@ def run(argv=None) -> int:
 
 def _kept(args, pipeline) -> dict[str, str]:
     """The files a run reads and must never write: the pipeline file, the models' files, the answer store."""
-    kept = {str(default_path()): "the answer store"}
+    kept = {store_location(args.answer_store, args.answer_store_file): "the answer store"}
     if args.command == "pipeline":
         kept[args.pipeline] = "the pipeline file"
     models = [pipeline.model] + [s.cascade.model for s in pipeline.specs if s.cascade is not None]

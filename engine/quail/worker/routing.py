@@ -1,12 +1,18 @@
 """Which worker a task's job goes to, when a connection lists several.
 
-Every task of a DAG run goes to the run's home worker, chosen by rendezvous (highest-random-weight)
-hashing on the run, so that KV one task retains is there for the next, and adding a worker moves
-only about 1/N of the runs. A home whose queue is far above the least loaded worker's, on both an
-absolute and a relative threshold (as SGLang's router balances), spills the task to the least
-loaded; a home that does not answer fails over to the next worker in the run's hash order. Pure:
-the loads come in as numbers."""
+A task is routed by its DAG and its partition (an Airflow task's map index; none for a task that is
+not mapped), never by its run, so that tomorrow's run of a partition lands where today's ran while
+the pool is unchanged, and a chain's consumer lands with its producer of the same partition (the KV
+it retains is there). Each key has a rendezvous (highest-random-weight) order over the workers,
+so adding or removing a worker moves about 1/N of the keys. One DAG's partitions are spread: the
+partitions 0..p of a DAG hold at most ceil((p + 1) / N) of them per worker, each taking the first
+worker in its own order that has room, so a mapped operator's partitions use the whole pool.
 
+A home whose queue is far above the least loaded worker's, on both an absolute and a relative
+threshold (as SGLang's router balances), spills the task to the least loaded; a home that does
+not answer fails over to the next worker in the key's order. Pure: the loads come in as numbers."""
+
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,31 +24,49 @@ SPILL_RELATIVE = 4.0  # ...and this many times them
 @dataclass(frozen=True)
 class Route:
     worker: str  # where the task goes
-    home: str  # the run's rendezvous choice among the workers that answer
-    order: tuple[str, ...]  # every worker, in the run's hash order (the failover order)
+    home: str  # the key's choice among the workers that answer
+    order: tuple[str, ...]  # every worker, in the key's order (the failover order)
 
     @property
     def spilled(self) -> bool:
         return self.worker != self.home
 
 
-def hash_order(workers: Sequence[str], run: str) -> tuple[str, ...]:
-    """The workers by their weight for this run, highest first."""
+def hash_order(workers: Sequence[str], key: str) -> tuple[str, ...]:
+    """The workers by their weight for this key, highest first."""
     def weight(w: str) -> bytes:
-        return hashlib.sha256(f"{run}\x1f{w}".encode()).digest()
+        return hashlib.sha256(f"{key}\x1f{w}".encode()).digest()
 
     return tuple(sorted(dict.fromkeys(workers), key=weight, reverse=True))
 
 
-def route(workers: Sequence[str], run: str, loads: Mapping[str, int],
-          absolute: int = SPILL_ABSOLUTE_TOKENS, relative: float = SPILL_RELATIVE) -> Route | None:
-    """`loads`: queued tokens of the workers that answered (the others are passed over); None if
-    none answered."""
-    order = hash_order(workers, run)
+def placement(workers: Sequence[str], dag: str, partition: int | None) -> tuple[str, ...]:
+    """The order in which a DAG's partition tries the workers: its home first, then the rest of its
+    hash order. None: a task that is not mapped, whose home is its DAG's own rendezvous choice."""
+    if partition is None or partition < 0:
+        return hash_order(workers, dag)
+    return _spread(tuple(sorted(set(workers))), dag, partition)
+
+
+@functools.lru_cache(maxsize=4096)
+def _spread(workers: tuple[str, ...], dag: str, partition: int) -> tuple[str, ...]:
+    held = dict.fromkeys(workers, 0)
+    for q in range(partition + 1):
+        order = hash_order(workers, f"{dag}\x1f{q}")
+        room = -(-(q + 1) // len(workers))  # ceil((q + 1) / N)
+        home = next(w for w in order if held[w] < room)
+        held[home] += 1
+    return (home, *(w for w in order if w != home))
+
+
+def route(order: Sequence[str], loads: Mapping[str, int], absolute: int = SPILL_ABSOLUTE_TOKENS,
+          relative: float = SPILL_RELATIVE) -> Route | None:
+    """`order`: the key's placement; `loads`: queued tokens of the workers that answered (the others
+    are passed over); None if none answered."""
     alive = [w for w in order if w in loads]
     if not alive:
         return None
     home = alive[0]
-    least = min(alive, key=lambda w: loads[w])  # ties to the earlier in hash order
+    least = min(alive, key=lambda w: loads[w])  # ties to the earlier in the key's order
     far = loads[home] - loads[least] > absolute and loads[home] > relative * loads[least]
-    return Route(least if far else home, home, order)
+    return Route(least if far else home, home, tuple(order))

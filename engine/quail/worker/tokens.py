@@ -11,7 +11,7 @@ from pathlib import Path
 
 from quail.errors import QuailError
 from quail.paths import home
-from quail.trust import owned_file, private_folder
+from quail.trust import owned_file, private_folder, secret_file
 from quail.worker.locations import socket_path
 
 
@@ -76,13 +76,4 @@ def write_token(location: str, token: str) -> None:
 
 def token_from_file(path: str) -> str:
     """`--token-file`: a file only its owner can read (a token on the command line shows in `ps`)."""
-    try:
-        mode = os.stat(path).st_mode
-        token = Path(path).read_text().strip()
-    except OSError as e:
-        raise QuailError(f"--token-file {path}: {e.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise QuailError(f"--token-file {path} is open to other users (mode {stat.filemode(mode)}); chmod 600 it")
-    if not token:
-        raise QuailError(f"--token-file {path} is empty")
-    return token
+    return secret_file(path, "--token-file")

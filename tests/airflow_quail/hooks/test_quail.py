@@ -71,7 +71,8 @@ def test_the_connections_device_reaches_the_local_worker(local_default, monkeypa
     assert "quail: error: --device cuda: torch" in log.read_text()  # the worker was asked for CUDA
 
 
-def test_a_connection_listing_two_workers_keeps_each_run_on_one_and_fails_over(smollm2, tmp_path, monkeypatch):
+def test_a_connection_listing_two_workers_keeps_each_partition_on_one_and_fails_over(smollm2, tmp_path,
+                                                                                     monkeypatch):
     from quail.executor.engine import PhysicalPlan
     from quail.session import Session
     from quail.worker.server import Worker
@@ -84,18 +85,20 @@ def test_a_connection_listing_two_workers_keeps_each_run_on_one_and_fails_over(s
         hook = QuailHook("quail_pool")
         ok, said = hook.test_connection()  # the connection form's Test button: each worker's load
         assert ok and all(f"{loc}: smollm2-135m on cpu, 0 job(s), 0 queued tokens" in said for loc in locations)
-        homes = {run: hook.get_conn(run=f"d\x1f{run}").location for run in (f"r{i}" for i in range(24))}
-        assert set(homes.values()) == set(locations)  # the runs spread over both
-        first = hook.get_conn(run="d\x1fr0")
-        assert first.location == homes["r0"]
+        homes = {dag: hook.get_conn(dag).location for dag in (f"d{i}" for i in range(24))}
+        assert set(homes.values()) == set(locations)  # the DAGs spread over both
+        mapped = [hook.get_conn("d0", p).location for p in range(4)]
+        assert sorted(mapped) == sorted(locations * 2)  # a mapped operator's 4 partitions: 2 on each
+        first = hook.get_conn("d0")
+        assert first.location == homes["d0"]
         _run(first, "sport", "r0")
-        _, kept = _run(hook.get_conn(run="d\x1fr0"), "kind", "r0")  # the run's next task: the same worker
+        _, kept = _run(hook.get_conn("d0"), "kind", "r0")  # the DAG's next task: the same worker
         assert kept["tokens_reused"]["retention"] > 0
-        servers.pop(homes["r0"]).shutdown()  # the run's worker goes away
+        servers.pop(homes["d0"]).shutdown()  # the partition's worker goes away
         ok, said = hook.test_connection()
-        assert not ok and f"{homes['r0']}: no Quail worker answers" in said
-        other = hook.get_conn(run="d\x1fr0")
-        assert other.location != homes["r0"]  # failed over to the next in the run's hash order
+        assert not ok and f"{homes['d0']}: no Quail worker answers" in said
+        other = hook.get_conn("d0")
+        assert other.location != homes["d0"]  # failed over to the next in the key's order
         answers, stats = _run(other, "kind", "r0")
         assert stats["tokens_reused"]["retention"] == 0 and len(answers) == len(TEXTS)  # recomputed there
     finally:

@@ -311,6 +311,14 @@ def test_a_remote_worker_that_never_comes_back_fails_the_try_after_the_bound(tmp
                                                r"`worker_lost_timeout`\)"):
         op.execute(_context(1))
     assert time.monotonic() - started < 30
+    # a pool none of whose workers answers yet (a rolling update) is waited for alike, not failed at once
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
+        {"conn_type": "quail", "password": "t", "extra": {"worker_lost_timeout": 3, "workers": [
+            f"grpc://127.0.0.1:{free_port()}", f"grpc://127.0.0.1:{free_port()}"]}}))
+    started = time.monotonic()
+    with pytest.raises(AirflowException, match=r"no Quail worker answered for 3 s .*none of the connection's"):
+        op.execute(_context(1))
+    assert 2 < time.monotonic() - started < 30
     monkeypatch.setenv("AIRFLOW_CONN_QUAIL_DEFAULT", json.dumps(
         {"conn_type": "quail", "host": "127.0.0.1", "extra": {"worker_lost_timeout": "soon"}}))
     with pytest.raises(AirflowException, match="the extra 'worker_lost_timeout' must be a number of seconds"):

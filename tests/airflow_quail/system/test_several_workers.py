@@ -1,7 +1,9 @@
-"""Two Quail workers behind one connection, under real `airflow dags test` runs: every task of a
-run goes to the run's worker, so a run's classify reuses its filter's KV there; when a run's
-worker dies, the run goes to the other one and gives the same answers. `quail worker status --all`
-lists both workers with their load."""
+"""Two Quail workers behind one connection, each with its own QUAIL_HOME, sharing one answer store
+on a real PostgreSQL, under real `airflow dags test` runs: every run of the DAG goes to its home
+worker, so a run's classify reuses its filter's KV there and the next day's run lands there too;
+when that worker is killed with -9, the next run goes to the other one, computes none of the stored
+answers and gives the same ones. `quail worker status --all` lists both workers with their load and
+store, never the store's password."""
 
 import json
 import subprocess
@@ -13,7 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from quail.worker.client import WorkerClient
-from quail.worker.routing import hash_order
+from quail.worker.routing import placement
+from tests.airflow_quail.conftest import same_rows, serving
+from tests.postgres import throwaway_cluster
 
 DAG = "quail_routed"
 DAG_FILE = Path(__file__).parent / "dags" / "quail_routed.py"
@@ -41,50 +45,52 @@ def _runs_by_worker(workers: list[str], token: str) -> dict[str, set[str]]:
     return runs
 
 
-def _retention(location: str, token: str, run_id: str) -> dict[str, int]:
-    return {j["operator"]: j["stats"]["tokens_reused"]["retention"] for j in WorkerClient(location, token).status()
+def _jobs(location: str, token: str, run_id: str) -> dict[str, dict]:
+    """The stats of each task of the run that the worker computed."""
+    return {j["operator"]: j["stats"] for j in WorkerClient(location, token).status()
             if j["identity"]["run_id"] == run_id}
 
 
 @pytest.mark.test_dags
-def test_each_run_stays_on_its_worker_and_a_dead_workers_run_moves(airflow_env, two_workers, tmp_path):
+def test_a_dags_runs_stay_on_its_worker_and_a_dead_workers_answers_are_shared(airflow_env, tmp_path):
     env, _ = airflow_env
-    procs, token_file = two_workers
-    workers, token = list(procs), token_file.read_text()
-    env = dict(env, QUAIL_TEST_OUTPUT=str(tmp_path / "out"), AIRFLOW_CONN_QUAIL_DEFAULT=json.dumps(
-        {"conn_type": "quail", "password": token,
-                    # the run's KV on its worker is what routing keeps; stored answers, shared by the workers
-                    # of one host, would hide a task sent to the wrong one
-                    "extra": {"workers": workers, "answer_store": False}}))
-    dates = [datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(days=d) for d in range(64)]
-    run_id = lambda date: f"manual__{date.isoformat()}"  # what dag.test(run_after=date) names its run
-    home = lambda date: hash_order(workers, f"{DAG}\x1f{run_id(date)}")[0]
-    first = dates[0]
-    second = next(d for d in dates if home(d) != home(first))  # runs on both workers
-    third = next(d for d in dates if d not in (first, second))
-    for date in (first, second, third):
-        _dag_test(env, date)
-    # every task of a run on the run's worker, and the classify reused the filter's KV there
-    assert _runs_by_worker(workers, token) == {run_id(d): {home(d)} for d in (first, second, third)}
-    for date in (first, second, third):
-        assert _retention(home(date), token, run_id(date))["topic"] > 0, date
+    with throwaway_cluster() as cluster, serving(tmp_path, "--answer-store", cluster.url("s3cret-pw"),
+                                                 homes=True) as (procs, token_file):
+        workers, token = list(procs), token_file.read_text()
+        env = dict(env, QUAIL_TEST_OUTPUT=str(tmp_path / "out"), AIRFLOW_CONN_QUAIL_DEFAULT=json.dumps(
+            {"conn_type": "quail", "password": token, "extra": {"workers": workers}}))
+        run_id = lambda date: f"manual__{date.isoformat()}"  # what dag.test(run_after=date) names its run
+        first, second, third = (datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(days=d) for d in range(3))
+        home = placement(workers, DAG, None)[0]
+        [other] = [w for w in workers if w != home]
+        for date in (first, second):
+            _dag_test(env, date)
+        # both days' runs on the DAG's worker: the route is the DAG's, never the run's
+        assert _runs_by_worker(workers, token) == {run_id(first): {home}, run_id(second): {home}}
+        day1 = _jobs(home, token, run_id(first))
+        assert day1["kept"]["tokens_computed"] > 0
+        assert day1["topic"]["tokens_reused"]["retention"] + day1["topic"]["tokens_reused"]["answers"] > 0
+        assert all(s["tokens_computed"] == 0 for s in _jobs(home, token, run_id(second)).values())
 
-    dead = home(third)
-    procs[dead].kill()
-    procs[dead].wait()
-    [alive] = [w for w in workers if w != dead]
-    fourth = next(d for d in dates if home(d) == dead and d not in (first, second, third))
-    log = _dag_test(env, fourth)
-    assert f"does not answer: failing over to {alive}" in log
-    retention = _retention(alive, token, run_id(fourth))
-    assert set(retention) == {"kept", "topic"} and retention["topic"] > 0  # both tasks failed over together
-    answers = [pq.read_table(tmp_path / "out" / run_id(d) / "topic.parquet").to_pylist() for d in (first, fourth)]
-    assert [r["label"] for r in answers[0]] == [r["label"] for r in answers[1]]
+        procs[home].kill()  # kill -9: its QUAIL_HOME and memory are gone with it, the store is not
+        procs[home].wait()
+        log = _dag_test(env, third)
+        assert f"does not answer: failing over to {other}" in log
+        moved = _jobs(other, token, run_id(third))
+        assert set(moved) == {"kept", "topic"}
+        assert all(s["tokens_computed"] == 0 and s["tokens_reused"]["answers"] == s["tokens_naive"] > 0
+                   for s in moved.values()), moved
+        for task in ("kept", "topic"):
+            same_rows(*(pq.read_table(tmp_path / "out" / run_id(d) / f"{task}.parquet").to_pylist()
+                        for d in (first, third)))
 
-    listing = subprocess.run([sys.executable, "-m", "quail.cli", "worker", "status", "--all", "--token-file",
-                              str(token_file), "--worker", workers[0], "--worker", workers[1]], env=env,
-                             capture_output=True, text=True, check=True).stdout.splitlines()
-    assert len(listing) == 2
-    assert any(line.startswith(f"{dead}  does not answer") for line in listing)
-    [line] = [line for line in listing if line.startswith(alive)]
-    assert "smollm2-135m on cpu, 0 job(s), 0 queued tokens" in line and "pages free" in line
+        listing = subprocess.run([sys.executable, "-m", "quail.cli", "worker", "status", "--all", "--token-file",
+                                  str(token_file), "--worker", workers[0], "--worker", workers[1]], env=env,
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+        assert len(listing) == 2
+        assert any(line.startswith(f"{home}  does not answer") for line in listing)
+        [line] = [line for line in listing if line.startswith(other)]
+        assert "smollm2-135m on cpu, 0 job(s), 0 queued tokens" in line and "pages free" in line
+        assert f"answers in postgresql://127.0.0.1:{cluster.port}/postgres" in line
+        shown = log + "\n".join(listing) + "".join(p.read_text() for p in tmp_path.glob("quail-worker-*.log"))
+        assert "s3cret-pw" not in shown

@@ -1,0 +1,241 @@
+"""The answer store on PostgreSQL, which a pool of workers shares: an answer one worker computed is
+found by every other, so tomorrow's run finds today's answers on whichever worker it lands, and a
+worker lost takes none with it. Same keys, values and semantics as the SQLite store
+(quail/answer_store.py); made for many writers at once:
+
+- one round trip per batch of keys (`key = ANY(:keys)`), never one per row;
+- inserts that tolerate another worker storing the same key at the same moment (`ON CONFLICT`),
+  in key order, so that two writers of overlapping batches never deadlock;
+- the bound enforced by one worker at a time, under a transaction-level advisory lock;
+- the schema made on first use, with a version row that a later change migrates from.
+
+A database that does not answer costs no task: lookups miss, answers are computed, the log says
+the store is unreachable (once per outage), and storing resumes when it answers again. The URL's
+password is never logged: give it by libpq's own means (PGPASSWORD, or a PGPASSFILE that libpq
+refuses unless it is private), or in the URL."""
+
+import logging
+import threading
+import time
+from array import array
+from collections.abc import Iterable
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from quail.answer_store import RECENT, as_answer, bound_bytes
+from quail.errors import QuailError
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS quail_schema (version integer NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS quail_answers (key bytea PRIMARY KEY, value bytea NOT NULL, used bigint NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS quail_answers_used ON quail_answers (used)",
+)
+BATCH = 5000  # keys per statement: bench/store.py
+BYTES_PER_ANSWER = 160  # a yes/no answer's row, index entries and tuple headers: bench/store.py
+LOCK = 0x5175_6169_6C00  # the advisory lock of eviction ("Quail")
+RETRY = 30.0  # seconds between tries of a database that did not answer
+BOUND_EVERY = 60.0  # seconds between a worker's counts of the answers (a count reads the whole index)
+
+
+def postgres_url(location: str) -> URL | None:
+    """The SQLAlchemy URL of a PostgreSQL store, or None where `location` is a path."""
+    if "://" not in location:
+        return None
+    try:
+        url = make_url(location)
+    except (ArgumentError, ValueError):
+        raise QuailError(f"answer store {location.split('://')[0]}://...: not a database URL") from None
+    if url.get_backend_name() != "postgresql":
+        raise QuailError(f"answer store {url.drivername}://...: give a path, or a postgresql+psycopg:// URL")
+    return url.set(drivername="postgresql+psycopg")
+
+
+def describe(url: URL) -> str:
+    """The store as logs and `quail worker status` name it: backend, host and database, no user or password."""
+    return f"postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+
+
+class PostgresAnswerStore:
+    def __init__(self, url: URL, max_bytes: int | None = None, touch_every: float = 3600.0, pool_size: int = 4):
+        """pool_size: connections kept, as many as the worker's job threads."""
+        self.url = url
+        self.path = describe(url)  # what messages name: never the password
+        self.max_bytes = max_bytes or bound_bytes()
+        self.touch_ns = int(touch_every * 1e9)
+        self.writable = True
+        self._recent: dict[bytes, tuple[list, int]] = {}
+        self._lock = threading.Lock()  # guards _recent and the outage state, never a round trip
+        self._down_until = 0.0  # while it did not answer: tried again after RETRY seconds
+        self._down = False
+        self._ready = False
+        self._bounded = 0.0  # when this worker last counted the answers
+        self._engine: Engine = create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
+                                             pool_timeout=30, connect_args={"connect_timeout": 5})
+
+    def _usable(self) -> bool:
+        with self._lock:
+            if time.monotonic() < self._down_until:
+                return False
+        if not self._ready:
+            with self._engine.begin() as db:
+                db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK})  # one creator at a time
+                for statement in SCHEMA:
+                    db.execute(text(statement))
+                version = db.execute(text("SELECT max(version) FROM quail_schema")).scalar()
+                if version is None:
+                    db.execute(text("INSERT INTO quail_schema VALUES (:v)"), {"v": VERSION})
+                elif version > VERSION:
+                    raise QuailError(f"the answer store {self.path} has schema version {version}; this Quail "
+                                     f"knows {VERSION}: upgrade Quail")
+            self._ready = True
+        return True
+
+    def _failed(self, what: str, error: Exception) -> None:
+        with self._lock:
+            first, self._down = not self._down, True
+            self._down_until = time.monotonic() + RETRY
+        if first:
+            log.warning("the answer store %s is unreachable (%s: %s): the run goes on without it, and tries "
+                        "again every %.0f s", self.path, what, type(error).__name__, RETRY)
+
+    def _answered(self) -> None:
+        with self._lock:
+            back, self._down = self._down, False
+        if back:
+            log.warning("the answer store %s answers again: storing resumes", self.path)
+
+    def get(self, keys: list[bytes], width: int, touch: bool = True) -> dict[bytes, list]:
+        """The stored answers among `keys`, each `width` probabilities; `touch`: they count as used now."""
+        if not keys:
+            return {}
+        now = time.time_ns()
+        with self._lock:
+            if len(self._recent) > RECENT:
+                self._recent.clear()
+            todo = [k for k in dict.fromkeys(keys) if k not in self._recent]
+        damaged = 0
+        try:
+            if todo and self._usable():
+                with self._engine.connect() as db:
+                    for lo in range(0, len(todo), BATCH):
+                        rows = db.execute(text("SELECT key, value, used FROM quail_answers WHERE key = ANY(:keys)"),
+                                          {"keys": todo[lo: lo + BATCH]}).all()
+                        with self._lock:
+                            for k, v, used in rows:
+                                if (answer := as_answer(bytes(v), width)) is None:
+                                    damaged += 1
+                                else:
+                                    self._recent[bytes(k)] = (answer, used)
+                self._answered()
+        except (SQLAlchemyError, OSError) as e:
+            self._failed("read", e)
+        with self._lock:
+            found = {k: hit[0] for k in keys if (hit := self._recent.get(k)) is not None and len(hit[0]) == width}
+            stale = sorted(k for k in found if self._recent[k][1] < now - self.touch_ns)
+        if damaged:
+            log.warning("the answer store %s holds %d value(s) that are not answers (of %d probabilities in "
+                        "[0, 1]): computed again", self.path, damaged, width)
+        if touch and stale and self.writable:
+            self._touch(stale, now)
+        return found
+
+    def _touch(self, keys: list[bytes], now: int) -> None:
+        try:
+            with self._engine.begin() as db:
+                for lo in range(0, len(keys), BATCH):
+                    db.execute(text("UPDATE quail_answers SET used = :now WHERE key = ANY(:keys)"),
+                               {"now": now, "keys": keys[lo: lo + BATCH]})
+            with self._lock:
+                self._recent.update((k, (self._recent[k][0], now)) for k in keys if k in self._recent)
+        except (SQLAlchemyError, OSError) as e:
+            self._failed("record use", e)
+
+    def put(self, items: Iterable[tuple[bytes, list]]) -> None:
+        rows = sorted({k: v for k, v in items}.items())  # key order: overlapping writers never deadlock
+        if not rows or not self.writable:
+            return
+        now = time.time_ns()
+        try:
+            if not self._usable():
+                return
+            with self._engine.begin() as db:
+                for lo in range(0, len(rows), BATCH):
+                    part = rows[lo: lo + BATCH]
+                    # a value that is not an answer (damaged) is stored over; an equal one is left alone
+                    db.execute(text("INSERT INTO quail_answers SELECT * FROM unnest(:keys, :values, :used) "
+                                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, used = EXCLUDED.used "
+                                    "WHERE quail_answers.value <> EXCLUDED.value"),
+                               {"keys": [k for k, _ in part], "values": [array("d", v).tobytes() for _, v in part],
+                                "used": [now] * len(part)})
+            self._answered()
+        except (SQLAlchemyError, OSError) as e:
+            self._failed("write", e)
+            return
+        with self._lock:
+            self._recent.update((k, (list(v), now)) for k, v in rows)
+        self._bound()
+
+    def _bound(self) -> None:
+        """Forgets the least recently used answers while the store holds more than max_bytes' worth;
+        one worker at a time (the others skip: it is being done)."""
+        most = max(1, self.max_bytes // BYTES_PER_ANSWER)
+        with self._lock:
+            if time.monotonic() < self._bounded + BOUND_EVERY:
+                return
+            self._bounded = time.monotonic()
+        try:
+            with self._engine.begin() as db:
+                if not db.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": LOCK}).scalar():
+                    return
+                count = db.execute(text("SELECT count(*) FROM quail_answers")).scalar() or 0
+                if count <= most:
+                    return
+                over = count - most + most // 10
+                db.execute(text("DELETE FROM quail_answers WHERE key IN "
+                                "(SELECT key FROM quail_answers ORDER BY used LIMIT :n)"), {"n": over})
+            with self._lock:
+                self._recent.clear()
+        except (SQLAlchemyError, OSError) as e:
+            self._failed("bound", e)
+
+    def size(self) -> int:
+        """Bytes the table and its index take on disk."""
+        try:
+            with self._engine.connect() as db:
+                return int(db.execute(text("SELECT pg_total_relation_size('quail_answers')")).scalar() or 0)
+        except (SQLAlchemyError, OSError):
+            return 0
+
+    def stats(self) -> dict:
+        count, reachable = 0, False
+        try:
+            if self._usable():
+                with self._engine.connect() as db:
+                    count = db.execute(text("SELECT count(*) FROM quail_answers")).scalar() or 0
+                reachable = True
+        except (SQLAlchemyError, OSError) as e:
+            self._failed("count", e)
+        return {"path": self.path, "answers": count, "bytes": self.size() if reachable else 0,
+                "max_bytes": self.max_bytes, "writable": reachable and self.writable}
+
+    def clear(self) -> int:
+        try:
+            if not self._usable():
+                return 0
+            with self._engine.begin() as db:
+                n = db.execute(text("SELECT count(*) FROM quail_answers")).scalar() or 0
+                db.execute(text("TRUNCATE quail_answers"))  # gives the space back at once, as DELETE does not
+        except (SQLAlchemyError, OSError) as e:
+            self._failed("clear", e)
+            return 0
+        with self._lock:
+            self._recent.clear()
+        return n
+
+    def close(self) -> None:
+        self._engine.dispose()

@@ -1,0 +1,185 @@
+"""The answer store on PostgreSQL, shared by a pool of workers: the SQLite store's semantics (keys by
+content, values checked, bounded least recently used first), writers that overlap at once, a
+database that goes away mid-run, and a password that is never shown. A real throwaway cluster."""
+
+import logging
+import threading
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from quail.answer_store import AnswerStore, answer_key
+from quail.answer_store_postgres import PostgresAnswerStore
+from quail.answer_stores import open_store
+from quail.errors import QuailError
+from tests.postgres import throwaway_cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with throwaway_cluster() as c:
+        yield c
+
+
+@pytest.fixture
+def url(cluster):
+    """The cluster's URL, with an empty store."""
+    with create_engine(cluster.url()).begin() as db:
+        db.execute(text("DROP TABLE IF EXISTS quail_answers, quail_schema"))
+    return cluster.url()
+
+
+def _items(n: int, tag: str = "", width: int = 1) -> list[tuple[bytes, list[float]]]:
+    return [(answer_key("m:float32:cpu", f"q{tag}", [i]), [(i + j) / (n + width) for j in range(width)])
+            for i in range(n)]
+
+
+def test_the_backend_follows_the_location(tmp_path, url, monkeypatch):
+    assert isinstance(open_store(str(tmp_path / "a.sqlite")), AnswerStore)
+    assert isinstance(open_store(url), PostgresAnswerStore)
+    monkeypatch.setenv("QUAIL_ANSWER_STORE", url)
+    assert isinstance(open_store(), PostgresAnswerStore)
+    for bad in ("mysql://db/quail", "postgresql+psycopg://[::"):
+        with pytest.raises(QuailError, match="answer store"):
+            open_store(bad)
+
+
+def test_answers_come_back_by_key_as_in_sqlite_and_hold_no_document(url):
+    store = open_store(url)
+    items = _items(300) + _items(50, "c", width=3)
+    store.put(items)
+    fresh = open_store(url)  # another worker: nothing in its memory
+    assert fresh.get([k for k, _ in items[:300]], 1) == dict(items[:300])
+    assert fresh.get([k for k, _ in items[300:]], 3) == dict(items[300:])
+    assert fresh.get([k for k, _ in items[300:]], 1) == {}  # another width is another question
+    assert fresh.get([answer_key("n:float32:cpu", "q", [1])], 1) == {}
+    with create_engine(url).connect() as db:
+        assert db.execute(text("SELECT version FROM quail_schema")).scalars().all() == [1]
+        assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 350
+    assert fresh.stats()["answers"] == 350 and fresh.stats()["writable"]
+
+
+def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(url, caplog):
+    store = open_store(url)
+    [(key, value)] = _items(1)
+    store.put([(key, value)])
+    with create_engine(url).begin() as db:
+        db.execute(text("UPDATE quail_answers SET value = :v"), {"v": b"\x00\x00\xf8\x7f" * 2})  # NaN
+    fresh = open_store(url)
+    with caplog.at_level(logging.WARNING):
+        assert fresh.get([key], 1) == {}
+    assert "not answers" in caplog.text
+    fresh.put([(key, value)])
+    assert open_store(url).get([key], 1) == {key: value}
+
+
+def test_the_store_is_bounded_and_forgets_the_least_recently_used(url, monkeypatch):
+    monkeypatch.setattr("quail.answer_store_postgres.BOUND_EVERY", 0.0)  # counted at every write
+    store = PostgresAnswerStore(open_store(url).url, max_bytes=160 * 1000, touch_every=0)
+    old = _items(600, "old")
+    store.put(old)
+    store.get([k for k, _ in old[:100]], 1)  # used again: kept
+    store.put(_items(600, "new"))
+    with create_engine(url).connect() as db:
+        count = db.execute(text("SELECT count(*) FROM quail_answers")).scalar()
+    assert count <= 1000
+    fresh = open_store(url)
+    assert len(fresh.get([k for k, _ in old[:100]], 1)) == 100
+    assert len(fresh.get([k for k, _ in old[100:]], 1)) < 500
+
+
+def test_four_writers_storing_overlapping_keys_at_once_lose_nothing(url, caplog):
+    items = _items(4000)
+    stores = [open_store(url) for _ in range(4)]
+    errors = []
+
+    def write(i: int) -> None:
+        try:
+            part = items[i * 700: i * 700 + 1900]  # each overlaps the next
+            for lo in range(0, len(part), 250):
+                stores[i].put(part[lo: lo + 250][::-1 if i % 2 else 1])  # in opposite orders
+        except Exception as e:  # noqa: BLE001 - a failed writer must fail the test
+            errors.append(e)
+
+    with caplog.at_level(logging.WARNING):
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors and "unreachable" not in caplog.text, caplog.text
+    written = items[: 3 * 700 + 1900]
+    assert open_store(url).get([k for k, _ in written], 1) == dict(written)
+
+
+def test_a_database_that_goes_away_costs_nothing_and_storing_resumes(cluster, url, caplog, monkeypatch):
+    monkeypatch.setattr("quail.answer_store_postgres.RETRY", 0.0)
+    store = open_store(cluster.url(password="s3cret-pw"))
+    first, later = _items(20, "a"), _items(20, "b")
+    store.put(first)
+    cluster.stop()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert store.get([k for k, _ in later], 1) == {}  # a miss: the answers are computed
+            store.put(later)  # not stored, and no error
+            assert store.get([k for k, _ in first], 1) == dict(first)  # what it found before, it still has
+    finally:
+        cluster.start()
+    assert "unreachable" in caplog.text and "127.0.0.1:" in caplog.text
+    store.put(later)
+    assert "answers again" in caplog.text
+    assert open_store(url).get([k for k, _ in later], 1) == dict(later)
+    shown = caplog.text + repr(store.stats()) + store.path
+    assert "s3cret-pw" not in shown and "postgres@" not in shown
+
+
+def test_a_url_in_a_file_is_read_only_from_a_private_file(tmp_path, url, monkeypatch):
+    secret = tmp_path / "store-url"
+    secret.write_text(url + "\n")
+    secret.chmod(0o644)
+    with pytest.raises(QuailError, match="--answer-store-file .* is open to other users"):
+        open_store(given_file=str(secret))
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_FILE", str(secret))
+    with pytest.raises(QuailError, match="QUAIL_ANSWER_STORE_FILE .* is open to other users"):
+        open_store()
+    secret.chmod(0o600)
+    assert isinstance(open_store(), PostgresAnswerStore)
+
+
+def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, cluster, url, tiny_model_dir,
+                                                                  monkeypatch, capsys):
+    """Two front ends with their own QUAIL_HOME, as two workers of a pool are: what the first computed,
+    the second finds, and its output equals computing from scratch (fp32, 1e-4)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from quail.cli.main import main
+
+    docs = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": [f"the river {i} rose by {i * 7} feet" for i in range(24)]}), docs)
+    shown = cluster.url(password="s3cret-pw")
+
+    def run(home: str, out: str, *extra) -> dict:
+        monkeypatch.setenv("QUAIL_HOME", str(tmp_path / home))
+        with pytest.raises(SystemExit) as e:
+            main(["filter", str(docs), "--text-column", "text", "--predicate", "Is it about a river?", "--keep-all",
+                  "--answer-store", shown, "--model", str(tiny_model_dir), "--dtype", "float32",
+                  "--output", str(tmp_path / out), "--stats", str(tmp_path / f"{out}.json"), *extra])
+        assert e.value.code == 0
+        return json.loads((tmp_path / f"{out}.json").read_text())
+
+    first = run("a", "a.parquet")
+    second = run("b", "b.parquet")
+    scratch = run("c", "c.parquet", "--no-reuse")
+    assert first["tokens_computed"] > 0 and second["tokens_computed"] == 0
+    assert second["tokens_reused"]["answers"] == second["tokens_naive"] == first["tokens_naive"]
+    a, b = pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "c.parquet")
+    assert all(abs(x - y) < 1e-4 for x, y in zip(a.column("p_yes_1").to_pylist(), b.column("p_yes_1").to_pylist()))
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "a"))
+    with pytest.raises(SystemExit):
+        main(["answers", "stats", "--answer-store", shown])
+    out, err = capsys.readouterr()
+    assert "postgresql://127.0.0.1:" in out and "24 answers" in out
+    assert "s3cret-pw" not in out + err

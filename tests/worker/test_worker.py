@@ -134,6 +134,7 @@ def test_quail_worker_serve_and_status_as_processes(tmp_path):
         # the device and its memory: the weights' bytes, the reserve and how the arena was sized
         assert "smollm2-135m" in out and "on cpu (" in out and "GiB of weights, reserve 0.00 GiB" in out
         assert "arena 256 pages (--arena-pages)" in out
+        assert f"answers in {os.environ['QUAIL_ANSWER_STORE']}" in out  # its answer store, by its path
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

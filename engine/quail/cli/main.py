@@ -230,7 +230,8 @@ def _describe_worker(info: dict) -> str:
         f"{info['device']}: arena {info['arena_pages']:,} pages"
     cascades = f"; cascade models loaded: {', '.join(info['cascade_models'])}" if info["cascade_models"] else ""
     return (f"{info['model']} ({info['dtype']}) on {memory}, {info['free_pages']:,} free, "
-            f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass{cascades}")
+            f"{info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens a pass{cascades}; "
+            f"answers in {info.get('answer_store') or 'no store'}")
 
 
 def _describe_load(location: str, token: str | None) -> str:

@@ -234,7 +234,7 @@ class Worker(flight.FlightServerBase):
                 "active_jobs": sum(not j.ended for j in list(self.jobs.values())),
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
                 "cascade_models": sorted(self.session.peers),
-                "answer_store": None if self.session.store is None else self.session.store.path}
+                "answer_store": None if self.session.store is None else str(self.session.store.path)}
 
     def _ahead(self, job: Job, consumers: list, answers: pa.Table, inputs: list) -> None:
         """The DAG's consumers of these rows, computed now while their KV is hot (worker/ahead.py)."""

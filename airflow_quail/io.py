@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from quail.atomic import check_writable, same_file
+from quail.atomic import INPUT, check_output
 from quail.errors import QuailError
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 from quail.pipeline.tables import unique_columns
@@ -260,9 +260,8 @@ def check_target(target: str, sources: Iterable[str] = ()):
     however it is spelt (a path, a `file://` URI, a link). Returns its location."""
     where = target_location(target)
     local, inputs = local_file(target), [p for p in map(local_file, sources) if p is not None]
-    if target in sources or (local is not None and any(same_file(local, p) for p in inputs)) or \
-            (isinstance(where, SqlLocation) and any(_reads_table(where, s) for s in sources)):
-        raise QuailError(f"target {target!r} is one of the inputs: it would be overwritten while it is read")
+    if target in sources or (isinstance(where, SqlLocation) and any(_reads_table(where, s) for s in sources)):
+        raise QuailError(f"target {target!r} is {INPUT}")
     if isinstance(where, SqlLocation):
         try:
             with sql_engine(where.conn_id).connect():
@@ -270,7 +269,7 @@ def check_target(target: str, sources: Iterable[str] = ()):
         except sa.exc.SQLAlchemyError as e:
             raise QuailError(f"target {target!r}: {e.__class__.__name__}: {str(e).splitlines()[0]}") from None
     elif local is not None:
-        check_writable(local, "target")
+        check_output(local, "target", dict.fromkeys(inputs, INPUT))
     return where
 
 

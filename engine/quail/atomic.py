@@ -12,7 +12,7 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -140,6 +140,19 @@ def replaced_atomically(path: str | Path, publication: Publication | None = None
 def write_text_atomically(path: str | Path, text: str, publication: Publication | None = None) -> None:
     with replaced_atomically(path, publication) as tmp, writing(path):
         tmp.write_text(text)
+
+
+INPUT = "one of the inputs: it would be overwritten while it is read"
+
+
+def check_output(path: str | Path, what: str, claimed: Mapping[Path, str]) -> None:
+    """The one rule for an output file, the CLI's and the provider's: refused, before any work, if
+    it names a file the run reads or keeps (`claimed`: path -> what it is), however either is spelt,
+    or if it could not be written."""
+    for p, why in claimed.items():
+        if same_file(path, p):
+            raise QuailError(f"{what} {path} is {why}")
+    check_writable(path, what)
 
 
 def check_writable(path: str | Path, what: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from quail.atomic import Publication, check_writable, same_file, write_text_atomically
+from quail.atomic import INPUT, Publication, check_output, write_text_atomically
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
@@ -78,8 +78,7 @@ class Runner:
         output that is not Parquet, and any output or stats file that is one of the inputs, one of
         the files the run keeps (`kept`: path -> what it is, such as the model's files and the
         pipeline file), or that another output or stats file of the run also names."""
-        claimed = {Path(p).resolve(): "one of the inputs: it would be overwritten while it is read"
-                   for p in self.pipeline.tables.values()}
+        claimed = {Path(p).resolve(): INPUT for p in self.pipeline.tables.values()}
         claimed |= {Path(p).resolve(): f"{what}, which the run never writes" for p, what in (kept or {}).items()}
         for spec in self.pipeline.specs:
             where = f"operator {spec.name!r}: " if len(self.pipeline.specs) > 1 else ""
@@ -91,10 +90,7 @@ class Runner:
             for word, path in files:
                 if path is None:
                     continue
-                for p, what in claimed.items():
-                    if same_file(path, p):
-                        raise QuailError(f"{where}{word} {path} is {what}")
-                check_writable(path, f"{where}{word}")
+                check_output(path, f"{where}{word}", claimed)
                 claimed[Path(path).resolve()] = f"also {where}{word} {path}: one would overwrite the other"
 
     def _table_of(self, plan: Plan, name: str) -> str | None:

@@ -184,10 +184,13 @@ class BaseLLMOperator(BaseOperator):
                 check_budget(self.task_id, self._predicted(run, spec, source, others), budget)
             started, staged = time.monotonic(), []
             ahead: dict[str, dict[str, int]] = {}
+            workers: dict[str, int] = {}  # where the windows ran, with how many each
 
             def step(window: Window) -> WindowDone:
                 record = self._window(run, window, ended)
                 staged.append((window.k, record["digest"]))
+                where = record.get("worker", run.client.location)
+                workers[where] = workers.get(where, 0) + 1
                 for consumer, seen in record.get("ahead", {}).items():
                     total = ahead.setdefault(consumer, dict.fromkeys(seen, 0))
                     for k, v in seen.items():
@@ -204,6 +207,8 @@ class BaseLLMOperator(BaseOperator):
         except QuailError as e:
             raise AirflowException(str(e)) from None
         self.rows_out = done.rows_out
+        self.log.info("its %d window(s) ran on %s", done.windows,
+                      ", ".join(f"{w} ({n})" for w, n in workers.items()) or "no worker (none had rows)")
         # the CLI's closing summary, in the task log where Airflow users look
         self.log.info("%s", describe_run(self.task_id, done.stats, done.predicted, done.rows_out, done.rows_in,
                                          self.target))
@@ -214,7 +219,8 @@ class BaseLLMOperator(BaseOperator):
         if done.stats.tokens_reused.get("answers"):
             self.log.info("found %d tokens' worth of answers in the answer store", done.stats.tokens_reused["answers"])
         return {"target": self.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,
-                "worker": run.client.location, "stats": done.stats.to_dict(), "predicted": done.predicted.rounded(),
+                "worker": run.client.location, "workers": workers, "stats": done.stats.to_dict(),
+                "predicted": done.predicted.rounded(),
                 "computed_ahead": ahead,
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
@@ -328,7 +334,7 @@ class BaseLLMOperator(BaseOperator):
         answers = run.client.fetch(status["job"])
         table, counted = window.shaped(answers, self.sources()[0])
         record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],
-                  "predicted": status["predicted"], "ahead": status.get("ahead") or {}}
+                  "predicted": status["predicted"], "ahead": status.get("ahead") or {}, "worker": run.client.location}
         review = window.review(answers, self.sources()[0]) if self.review_output is not None else None
         run.stage.put(window.k, digest, table, record, review)
         return record

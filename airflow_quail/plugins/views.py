@@ -75,13 +75,17 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
         retain = op.get("retain")
         keep = ", ".join(retain["consumers"]) if retain else "nothing"
         saved = 1 - s["tokens_computed"] / s["tokens_naive"] if s["tokens_naive"] else 0.0
-        rows.append(f"<tr><td class='l'>{escape(name)}</td><td>{m['rows_in']:,}</td><td>{m['rows_out']:,}</td>"
+        workers = m.get("workers") or ({m["worker"]: m.get("windows", 1)} if m.get("worker") else {})
+        ran_on = ", ".join(f"{w} ({n})" for w, n in workers.items())
+        rows.append(f"<tr><td class='l'>{escape(name)}</td><td class='l'>{escape(ran_on)}</td>"
+                    f"<td>{m['rows_in']:,}</td><td>{m['rows_out']:,}</td>"
                     f"<td class='l'>{'on' if op.get('rewind') else 'off'}</td>"
                     f"<td class='l'>{'on' if op.get('prefix_sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"
                     f"<td>{s['tokens_computed']:,}</td>"
                     + "".join(f"<td>{s['tokens_reused'].get(k, 0):,}</td>" for k in MECHANISMS)
                     + f"<td>{s['tokens_naive']:,}</td><td>{saved:.0%}</td></tr>")
-    table = ("<table><tr><th class='l'>task</th><th>rows in</th><th>rows out</th><th class='l'>chain mode</th>"
+    table = ("<table><tr><th class='l'>task</th><th class='l'>worker (windows)</th><th>rows in</th><th>rows out</th>"
+             "<th class='l'>chain mode</th>"
              "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th>"
              + "".join(f"<th>{k}</th>" for k in MECHANISMS) + "<th>without reuse</th><th>saved</th></tr>"
              + "".join(rows) + "</table>")

@@ -55,6 +55,10 @@ def test_a_run_page_shows_each_tasks_plan_and_tokens_charted():
     widths = [float(w) for w in __import__("re").findall(r"width='([\d.]+)' height='22'", svg)]
     assert abs(sum(widths) - 600) < 0.5 and abs(widths[0] - 600 * 1730 / 2938) < 0.5
     assert "<script" not in html and "http" not in html.replace("http://www.w3.org/2000/svg", "")
+    # which workers the task's windows ran on, with how many each
+    pool = run_html("quail_jokes", "r1", {"tech": MANIFEST | {"workers": {"grpc://gpu0:8815": 3,
+                                                                            "grpc://gpu1:8815": 1}}})
+    assert "<td class='l'>grpc://gpu0:8815 (3), grpc://gpu1:8815 (1)</td>" in pool
 
 
 def test_the_workers_table_counts_the_arena_pages():

@@ -75,7 +75,7 @@ def test_a_dags_runs_stay_on_its_worker_and_a_dead_workers_answers_are_shared(ai
         procs[home].kill()  # kill -9: its QUAIL_HOME and memory are gone with it, the store is not
         procs[home].wait()
         log = _dag_test(env, third)
-        assert f"does not answer: failing over to {other}" in log
+        assert f"does not answer: failing over to {other}" in log and f"window(s) ran on {other} (1)" in log
         moved = _jobs(other, token, run_id(third))
         assert set(moved) == {"kept", "topic"}
         assert all(s["tokens_computed"] == 0 and s["tokens_reused"]["answers"] == s["tokens_naive"] > 0

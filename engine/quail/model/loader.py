@@ -1,6 +1,5 @@
 """Resolves `--model` (an embedded name, a GGUF file or a safetensors directory) into a model."""
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +9,7 @@ import torch
 from quail.device import resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
+from quail.model.cpu_dtype import cpu_dtype
 from quail.model.identity import Fingerprint, digest_while, fingerprint, model_files
 from quail.model.llama import LlamaModel
 from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path, installed, not_installed
@@ -19,22 +19,14 @@ from quail.model.tokenizer import Tokenizer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> str:
-    """"auto": bfloat16 on a GPU or on a CPU with AMX tiles; float32 on other CPUs, where bf16
-    matmuls run at half fp32's speed (measured on the 2-core AVX-512 machines here: 150 against
-    310 GFLOP/s, qwen 0.5B prefill 207 against 308 tok/s). A rule, not a timing at start, so the
-    same machine always gives the same answers."""
+def resolve_dtype(dtype: str, device: torch.device, cfg: ModelConfig) -> tuple[str, str]:
+    """The dtype to load in, and why. "auto": bfloat16 on a GPU; on a CPU, whichever this CPU runs
+    the model's matmuls faster in, measured once per host (model/cpu_dtype.py)."""
     if dtype != "auto":
-        return dtype
-    return "bfloat16" if device.type != "cpu" or _has_amx() else "float32"
-
-
-@functools.cache
-def _has_amx() -> bool:
-    try:
-        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+        return dtype, "--dtype"
+    if device.type != "cpu":
+        return "bfloat16", f"auto: bf16 on {device.type}"
+    return cpu_dtype(cfg.hidden_size, cfg.intermediate_size)
 
 
 @dataclass
@@ -44,6 +36,7 @@ class LoadedModel:
     model: LlamaModel
     tokenizer: Tokenizer
     identity: str = ""  # its weights' digest, dtype and device kind (model/identity.py): what answers depend on
+    dtype_why: str = ""  # why this dtype: given, or what `auto` measured
     files: tuple[Path, ...] = ()  # what it was loaded from
     loaded_from: Fingerprint = ()  # those files as they were when it loaded them
 
@@ -92,13 +85,13 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
     if dtype not in DTYPE_CHOICES:
         raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}")
     on = resolve_device(device)
-    dtype = resolve_dtype(dtype, on)
     path = model_path(spec)
     files = model_files(path)
     before = fingerprint(files)
     digest = digest_while(path, files)
     try:
         cfg, weights, tokenizer = load_weights(path)
+        dtype, why = resolve_dtype(dtype, on, cfg)
         model = LlamaModel(cfg, weights, DTYPES[dtype], on)
     except ValueError as e:
         raise QuailError(f"--model {spec}: {e}") from e
@@ -111,4 +104,4 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
         path.unlink(missing_ok=True)
         raise QuailError(f"assembled {spec} has sha256 {digest}, expected {pinned}; removed it, retry")
     name = spec if spec in EMBEDDED else Path(spec).name
-    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{on.type}", tuple(files), before)
+    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{on.type}", why, tuple(files), before)

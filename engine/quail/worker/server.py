@@ -226,7 +226,8 @@ class Worker(flight.FlightServerBase):
     def info(self) -> dict:
         engine = self.session.engine
         return {"model": self.session.loaded.name, "identity": self.model, "current": self._current(),
-                "dtype": str(engine.model.dtype).removeprefix("torch."), "device": str(engine.model.device),
+                "dtype": str(engine.model.dtype).removeprefix("torch."), "dtype_why": self.session.loaded.dtype_why,
+                "device": str(engine.model.device),
                 "arena_pages": engine.plan.arena_pages,
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
                 "max_batch_tokens": engine.plan.max_batch_tokens, "page_size": engine.plan.page_size,

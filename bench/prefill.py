@@ -51,6 +51,8 @@ def main(model="qwen2.5-coder-0.5b"):
 
     quail_prefill()  # warm up
     tq = median_seconds(quail_prefill)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"{cpu}, {torch.get_num_threads()} threads; quail's --dtype auto: {engine.model.dtype} ({s.loaded.dtype_why})")
     print(f"prefill, {len(batch)} documents, {tokens} tokens ({ids.numel()} padded for transformers):")
     print(f"  quail ({engine.model.dtype}) {tokens / tq:8.0f} tok/s  ({tq:.2f} s)")
     for dtype in (torch.bfloat16, torch.float32):

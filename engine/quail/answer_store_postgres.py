@@ -35,8 +35,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS quail_answers (key bytea PRIMARY KEY, value bytea NOT NULL, used bigint NOT NULL)",
     "CREATE INDEX IF NOT EXISTS quail_answers_used ON quail_answers (used)",
 )
-BATCH = 5000  # keys per statement: bench/store.py
-BYTES_PER_ANSWER = 160  # a yes/no answer's row, index entries and tuple headers: bench/store.py
+BATCH = 20000  # keys per statement: a window's at once (bench/answer_store.py: the fewer round trips the faster)
+BYTES_PER_ANSWER = 170  # a yes/no answer's row, index entries and tuple headers (bench/answer_store.py: 166)
 LOCK = 0x5175_6169_6C00  # the advisory lock of eviction ("Quail")
 RETRY = 30.0  # seconds between tries of a database that did not answer
 BOUND_EVERY = 60.0  # seconds between a worker's counts of the answers (a count reads the whole index)

@@ -92,7 +92,11 @@ def test_the_worker_command_and_probe_are_ones_quail_accepts():
     status = parser().parse_args(worker["readinessProbe"]["exec"]["command"][1:])
     assert worker["command"][0] == worker["readinessProbe"]["exec"]["command"][0] == "quail"
     assert (serve.action, status.action) == ("serve", "status")
-    assert serve.token_file == status.token_file == pod["initContainers"][0]["command"][-1]
+    # `install -m 0600 -t DIR SOURCE...`: the private copies the worker and the probe read
+    install = pod["initContainers"][0]["command"]
+    folder = install[install.index("-t") + 1]
+    written = {f"{folder}/{Path(source).name}" for source in install[install.index("-t") + 2:]}
+    assert serve.token_file == status.token_file and {serve.token_file, serve.answer_store_file} == written
     assert serve.port == status.port == worker["ports"][0]["containerPort"]
 
 

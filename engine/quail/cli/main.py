@@ -231,7 +231,7 @@ def _describe_worker(info: dict) -> str:
     cascades = f"; cascade models loaded: {', '.join(info['cascade_models'])}" if info["cascade_models"] else ""
     return (f"{info['model']} ({info['dtype']}: {info.get('dtype_why') or 'given'}) on {memory}, "
             f"{info['free_pages']:,} free, {info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens "
-            f"a pass{cascades}; answers in {info.get('answer_store') or 'no store'}")
+            f"a pass; answers in {info.get('answer_store') or 'no store'}{cascades}")
 
 
 def _describe_load(location: str, token: str | None) -> str:

@@ -21,6 +21,8 @@ class QuailHook(BaseHook):
     with no host, a local worker for the extras' model, dtype, device and arena pages, started on
     demand.
 
+    With several workers, one task's windows run on several at once (`max_workers` caps how many).
+
     Extras that bound the waiting: `timeout`, the seconds one call to a worker may take (default
     30); `worker_lost_timeout`, the seconds a task waits for a worker that died or stopped
     answering to come back (a local one is started again) before its try fails (default 600).
@@ -69,6 +71,22 @@ class QuailHook(BaseHook):
                                               extra.get("arena_pages"), extra.get("device") or "auto",
                                               say=self.log.info)
         return WorkerClient(location, token, timeout)
+
+    def fan_out(self, home: WorkerClient, dag: str, partition: int | None, cap: int | None) -> list[WorkerClient]:
+        """The workers one task's windows may run on at once: its home first, then the others of
+        the connection that answer, in the partition's order, at most `cap` (by default the extra
+        `max_workers`, else all of them). One: a connection of one worker, or a local one."""
+        workers, token, extra = self._remote()
+        cap = cap if cap is not None else extra.get("max_workers")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise QuailError(f"connection {self.quail_conn_id!r}: the extra 'max_workers' must be a whole number "
+                             f"above 0, not {cap!r}")
+        if len(workers) < 2 or cap == 1:
+            return [home]
+        timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
+        answering = _loads([w for w in placement(workers, dag, partition) if w != home.location], token)
+        others = [_client(w, token, timeout) for w, info in answering.items() if not isinstance(info, str)]
+        return [home, *others][:cap]
 
     def _seconds(self, key: str, default: float, extra: dict | None = None) -> float:
         """An extra that is a number of seconds; `extra`: the extras already read, if they were."""

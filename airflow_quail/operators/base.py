@@ -5,6 +5,7 @@ output atomically from the staged windows; a retry after a crash resumes from th
 staged. XCom gets only a small manifest: where the output is, row counts and the token accounting."""
 
 import json
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -97,6 +98,9 @@ class BaseLLMOperator(BaseOperator):
         run, on the first window, for that target (docs/design.md#a-cascade-with-a-guarantee)
     :param review_output: with a cascade, where the rows inside its band go, with every column and
         probability, for a person to review: a path or URI, or sql://CONN_ID/TABLE (templated)
+    :param max_workers: with several workers on the connection, how many may compute this task's
+        windows at once (by default the connection's extra `max_workers`, else all that answer);
+        results are assembled in order, and a retry resumes window by window as ever
 
     The target is an outlet Asset and the inputs inlets (airflow_quail.lineage.asset_uri) unless
     `outlets`/`inlets` are given.
@@ -109,7 +113,7 @@ class BaseLLMOperator(BaseOperator):
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, calibration: str = "auto",
                  ahead: bool | None = None, max_tokens: int | None = None, cascade: dict | None = None,
-                 review_output: str | None = None, **kwargs):
+                 review_output: str | None = None, max_workers: int | None = None, **kwargs):
         super().__init__(**kwargs)
         try:
             self.cascade = self.settings.check_one("cascade", cascade, f"task {self.task_id!r}")
@@ -126,6 +130,11 @@ class BaseLLMOperator(BaseOperator):
         self.calibration = calibration
         self.ahead = ahead
         self.max_tokens = max_tokens
+        if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)
+                                        or max_workers < 1):
+            raise AirflowException(f"task {self.task_id!r}: max_workers must be a whole number above 0, "
+                                   f"got {max_workers!r}")
+        self.max_workers = max_workers
 
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError
@@ -185,21 +194,27 @@ class BaseLLMOperator(BaseOperator):
             started, staged = time.monotonic(), []
             ahead: dict[str, dict[str, int]] = {}
             workers: dict[str, int] = {}  # where the windows ran, with how many each
+            pool = self._fan_out(run, ended)
+            kept = threading.Lock()  # windows may end at once, on several workers
 
             def step(window: Window) -> WindowDone:
-                record = self._window(run, window, ended)
-                staged.append((window.k, record["digest"]))
-                where = record.get("worker", run.client.location)
-                workers[where] = workers.get(where, 0) + 1
-                for consumer, seen in record.get("ahead", {}).items():
-                    total = ahead.setdefault(consumer, dict.fromkeys(seen, 0))
-                    for k, v in seen.items():
-                        total[k] = total.get(k, 0) + v
+                on = run if len(pool) == 1 else replace(run, client=pool[window.k % len(pool)])
+                record = self._window(on, window, ended)
+                with kept:
+                    staged.append((window.k, record["digest"]))
+                    where = record.get("worker", on.client.location)
+                    workers[where] = workers.get(where, 0) + 1
+                    for consumer, seen in record.get("ahead", {}).items():
+                        total = ahead.setdefault(consumer, dict.fromkeys(seen, 0))
+                        for k, v in seen.items():
+                            total[k] = total.get(k, 0) + v
                 return WindowDone(record["rows"], record["counted"], Stats.from_dict(record["stats"]),
                                   Prediction.from_dict(record["predicted"]))
 
             done = drive(spec, iter_source(source, self.window_rows), source, others, step,
-                         after=lambda w, d, total: self._log_window(total, run.total_rows, started), max_tokens=budget)
+                         after=lambda w, d, total: self._log_window(total, run.total_rows, started), max_tokens=budget,
+                         parallel=len(pool))
+            staged.sort()  # in window order, however they ended
             write_target(run.stage.tables(staged), self.target)
             if self.review_output is not None:
                 write_target(run.stage.tables(staged, review=True), self.review_output)
@@ -224,6 +239,18 @@ class BaseLLMOperator(BaseOperator):
                 "computed_ahead": ahead,
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
+
+    def _fan_out(self, run: "_TaskRun", ended: tuple[int, dict] | None) -> list[WorkerClient]:
+        """The workers this try's windows run on at once: the task's own alone when it defers (the
+        triggerer waits for one job at a time) or resumes a deferred window; else its home and the
+        connection's other workers, up to `max_workers`."""
+        if self.deferrable or ended is not None:
+            return [run.client]
+        pool = run.hook.fan_out(run.client, *run.route, self.max_workers)
+        if len(pool) > 1:
+            run.model_of(run.client)  # every window is checked against the home's model
+            self.log.info("its windows run on %d workers at once: %s", len(pool), ", ".join(c.location for c in pool))
+        return pool
 
     def _budget(self, run: "_TaskRun") -> int | None:
         own = check_max_tokens(self.max_tokens, f"task {self.task_id!r}: max_tokens")

@@ -4,7 +4,9 @@ count across windows, stops once it is met, and adds up the accounting; a front 
 one window (in this process, or as a worker's job) and keeps its output (a temporary file, or a
 staged window). The other inputs (a join's right side) are read whole."""
 
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -81,6 +83,7 @@ class Windowed:
         self.max_tokens = max_tokens
         self.fixed = [text_column(t, c, name, on_null) for (t, name), c in zip(others, spec.columns[1:])]
         self.total, self.counted, self.next_row, self.k = OperatorDone(), 0, 0, 0
+        self.made = 0  # windows made: the next one's number (ahead of `k`, the windows done, while several run)
 
     @property
     def satisfied(self) -> bool:
@@ -92,7 +95,14 @@ class Windowed:
         offset = self.next_row if offset is None else offset
         part = self.spec if self.spec.limit is None else replace(self.spec, limit=self.spec.limit - self.counted)
         inputs = [text_column(table, self.spec.columns[0], self.source, self.on_null, offset)] + self.fixed
-        return Window(self.k, offset, last, part, [table] + [t for t, _ in self.others], inputs)
+        self.made += 1
+        return Window(self.made - 1, offset, last, part, [table] + [t for t, _ in self.others], inputs)
+
+    @property
+    def independent(self) -> bool:
+        """Whether its next windows may run at once: no row limit (whose count a window's rows
+        depend on) and no cascade band still to be chosen on the first window."""
+        return self.spec.limit is None and (self.spec.cascade is None or self.spec.cascade.chosen)
 
     def done(self, window: Window, done: WindowDone) -> None:
         table = window.tables[0]
@@ -117,20 +127,32 @@ class Windowed:
 def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: str,
           others: list[tuple[pa.Table, str]], step: Callable[[Window], WindowDone], on_null: str = "fail",
           after: Callable[[Window, WindowDone, OperatorDone], None] = lambda *_: None,
-          max_tokens: int | None = None) -> OperatorDone:
-    """Runs `step` on each window of the first input (`windows`, read from `source`) in order, with
-    `others` (table, name) read whole; `after` sees each window once it is done. Stops with an
-    error at the window where the tokens computed pass `max_tokens`."""
+          max_tokens: int | None = None, parallel: int = 1) -> OperatorDone:
+    """Runs `step` on each window of the first input (`windows`, read from `source`), with `others`
+    (table, name) read whole; `after` sees each window once it is done, in order. Stops with an
+    error at the window where the tokens computed pass `max_tokens`. `parallel`: how many windows
+    may be stepped at once (each on its own thread: a pool's workers), where their rows do not
+    depend on each other; at most that many windows are read ahead, so memory stays bounded."""
     op = Windowed(spec, source, others, on_null, max_tokens)
     ahead: tuple[int, pa.Table] | None = next(windows)
-    while ahead is not None:
-        (offset, table), ahead = ahead, next(windows, None)
-        window = op.window(table, ahead is None, offset)
-        done = step(window)
-        op.done(window, done)
-        after(window, done, op.total)
-        if op.satisfied:
-            break
+    with ThreadPoolExecutor(max(parallel, 1), thread_name_prefix="quail-window") as pool:
+        running: deque[tuple[Window, Future]] = deque()
+        while ahead is not None or running:
+            while ahead is not None and (not running or op.independent and len(running) < parallel):
+                (offset, table), ahead = ahead, next(windows, None)
+                window = op.window(table, ahead is None, offset)
+                running.append((window, pool.submit(step, window)))
+            window, future = running.popleft()
+            try:
+                done = future.result()
+                op.done(window, done)
+            except BaseException:
+                for _, f in running:
+                    f.cancel()
+                raise
+            after(window, done, op.total)
+            if op.satisfied:
+                break
     return op.finish()
 
 

@@ -174,6 +174,7 @@ def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, clus
     second = run("b", "b.parquet")
     scratch = run("c", "c.parquet", "--no-reuse")
     assert first["tokens_computed"] > 0 and second["tokens_computed"] == 0
+    assert scratch["tokens_computed"] == scratch["tokens_naive"] == first["tokens_naive"]  # no reuse: all computed
     assert second["tokens_reused"]["answers"] == second["tokens_naive"] == first["tokens_naive"]
     a, b = pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "c.parquet")
     assert all(abs(x - y) < 1e-4 for x, y in zip(a.column("p_yes_1").to_pylist(), b.column("p_yes_1").to_pylist()))
@@ -183,3 +184,16 @@ def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, clus
     out, err = capsys.readouterr()
     assert "postgresql://127.0.0.1:" in out and "24 answers" in out
     assert "s3cret-pw" not in out + err
+
+
+def test_a_store_of_a_newer_schema_is_not_used_and_the_run_goes_on(url, caplog):
+    open_store(url).put(_items(3))
+    with create_engine(url).begin() as db:
+        db.execute(text("UPDATE quail_schema SET version = 99"))
+    store = open_store(url)
+    with caplog.at_level(logging.WARNING):
+        assert store.get([k for k, _ in _items(3)], 1) == {}
+        store.put(_items(5, "n"))
+    assert "schema version 99, newer than this Quail's 1" in caplog.text
+    with create_engine(url).connect() as db:
+        assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 3  # nothing written

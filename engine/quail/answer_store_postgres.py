@@ -74,12 +74,15 @@ class PostgresAnswerStore:
         self._down = False
         self._ready = False
         self._bounded = 0.0  # when this worker last counted the answers
+        self._unusable = False  # a schema newer than this Quail's: never used
+        # a database that hangs costs a lookup 30 s at most, never a task
         self._engine: Engine = create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
-                                             pool_timeout=30, connect_args={"connect_timeout": 5})
+                                             pool_timeout=30, connect_args={"connect_timeout": 5,
+                                                                            "options": "-c statement_timeout=30000"})
 
     def _usable(self) -> bool:
         with self._lock:
-            if time.monotonic() < self._down_until:
+            if self._unusable or time.monotonic() < self._down_until:
                 return False
         if not self._ready:
             with self._engine.begin() as db:
@@ -90,8 +93,10 @@ class PostgresAnswerStore:
                 if version is None:
                     db.execute(text("INSERT INTO quail_schema VALUES (:v)"), {"v": VERSION})
                 elif version > VERSION:
-                    raise QuailError(f"the answer store {self.path} has schema version {version}; this Quail "
-                                     f"knows {VERSION}: upgrade Quail")
+                    log.warning("the answer store %s has schema version %d, newer than this Quail's %d: it is not "
+                                "used, and answers are not stored; upgrade Quail", self.path, version, VERSION)
+                    self._unusable, self.writable = True, False
+                    return False
             self._ready = True
         return True
 

@@ -294,7 +294,9 @@ def main():
         s, hf = sessions[model]
         print(f"{name}, {model}, {rows} rows:", flush=True)
         keys = [k for k in keys.split(",") if k != "d" or _has_llama_cpp()]
-        runs[name, model] = measure(name, s, model, rows, keys, args.repeats, hf) | {"machine": machine()}
+        runs[name, model] = measure(name, s, model, rows, keys, args.repeats, hf) | {
+            "machine": machine(), "dtype": str(s.engine.model.dtype).removeprefix("torch."),
+            "dtype_why": s.loaded.dtype_why}
     ordered = [runs[w, m] for w, m, _, _ in PLANS[args.size] if (w, m) in runs]
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"size": args.size, "runs": ordered}, indent=1))

@@ -197,3 +197,10 @@ def test_a_store_of_a_newer_schema_is_not_used_and_the_run_goes_on(url, caplog):
     assert "schema version 99, newer than this Quail's 1" in caplog.text
     with create_engine(url).connect() as db:
         assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 3  # nothing written
+    from quail.cli.main import main
+
+    with pytest.raises(SystemExit) as e:  # `quail answers clear` says it removed nothing, and fails
+        main(["answers", "clear", "--answer-store", url])
+    assert e.value.code == 2
+    with create_engine(url).connect() as db:
+        assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 3

@@ -110,7 +110,11 @@ class QuailHook(BaseHook):
     @property
     def answer_store(self) -> bool:
         """The connection's extra `answer_store`: false, and its tasks neither use nor keep stored answers."""
-        return self._remote()[2].get("answer_store", True) is not False
+        value = self._remote()[2].get("answer_store", True)
+        if not isinstance(value, bool):  # "false", 0 or null must not read as true
+            raise QuailError(f"connection {self.quail_conn_id!r}: the extra 'answer_store' must be true or false, "
+                             f"not {value!r}")
+        return value
 
     def client_at(self, location: str) -> WorkerClient:
         """A client for one of the connection's workers (the one a task chose), with its token; with

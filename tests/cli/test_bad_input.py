@@ -63,6 +63,27 @@ def test_bad_flags_are_refused(news, tmp_path, capsys):
     assert not (tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.parametrize("flags, says", [
+    (["--ttl", "0"], "--ttl must be a number of seconds above 0, got 0"),
+    (["--ttl", "-5"], "--ttl must be a number of seconds above 0, got -5"),
+    (["--idle-timeout", "-1"], "--idle-timeout must be a number of seconds above 0, got -1"),
+    (["--idle-timeout", "inf"], "--idle-timeout must be a number of seconds above 0, got inf"),
+    (["--port", "0"], "--port must be at least 1, got 0"),
+    (["--port", "99999"], "--port must be at most 65535, got 99999"),
+])
+def test_worker_settings_that_cannot_work_are_refused_before_the_model_loads(capsys, flags, says):
+    refused(capsys, "worker", "serve", *MODEL, *flags, says=says)
+
+
+def test_a_budget_beyond_two_to_the_31_is_taken():
+    """A large GPU job computes more than 2^31 - 1 tokens."""
+    from quail.cli.main import parser
+
+    args = parser().parse_args(["filter", "in.parquet", "--text-column", "text", "--predicate", "Q?", "--output",
+                                "o.parquet", "--max-tokens", "5000000000"])
+    assert args.max_tokens == 5_000_000_000
+
+
 def test_settings_out_of_range_are_refused_by_the_spec_checks(news, tmp_path, capsys):
     """The command line's settings are checked where a pipeline file's are, before any computing."""
     refused(capsys, *_filter(news, tmp_path / "o.parquet", "--limit", "0"),

@@ -53,6 +53,17 @@ def at_least(low: int, high: int = 2**31 - 1):
     return parse
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
+    return value
+
+
 def _device_options() -> "_Parser":
     p = _Parser(add_help=False)
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
@@ -97,7 +108,7 @@ def _run_options() -> "_Parser":
     p.add_argument("--truncate", action="store_true", help="cut documents longer than the model's context")
     p.add_argument("--window-rows", type=at_least(1), default=DEFAULT_WINDOW_ROWS,
                    help="rows read, computed and written at a time: memory follows this, not the table")
-    p.add_argument("--max-tokens", type=at_least(1), default=None,
+    p.add_argument("--max-tokens", type=at_least(1, 2**63 - 1), default=None,
                    help="the tokens each operator may compute (a pipeline operator's max_tokens: wins): a plan "
                         "that predicts more is refused before the model computes, and a run that computes more "
                         "stops at that window with no output")
@@ -164,7 +175,7 @@ def parser() -> argparse.ArgumentParser:
                    help="stop: the local workers that tasks or the demo started on demand")
     w.add_argument("--model", default=DEFAULT_MODEL)
     w.add_argument("--host", default="127.0.0.1", help="listen here (default: loopback only)")
-    w.add_argument("--port", type=int, default=DEFAULT_PORT)
+    w.add_argument("--port", type=at_least(1, 65535), default=DEFAULT_PORT)
     w.add_argument("--socket", help="listen on (or, for status, talk to) this Unix socket instead")
     w.add_argument("--all", action="store_true", help="status: one line per worker, with its load: the local "
                                                       "workers this user started, and each --worker")
@@ -173,8 +184,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--token-file", help="a file (mode 0600) holding the bearer token clients must send; default: "
                                         "$QUAIL_WORKER_TOKEN, else a random one written beside the socket, or "
                                         "under $QUAIL_HOME/worker for a port, for this user only")
-    w.add_argument("--ttl", type=float, default=3600.0, help="seconds finished results are kept")
-    w.add_argument("--idle-timeout", type=float, help="exit after this many seconds without calls or work")
+    w.add_argument("--ttl", type=seconds, default=3600.0, help="seconds finished results are kept")
+    w.add_argument("--idle-timeout", type=seconds, help="exit after this many seconds without calls or work")
     w.add_argument("--no-answer-store", action="store_true", help="keep no answers across jobs and restarts")
     _store_options(w, "; a pool of workers shares one database")
     w.add_argument("--max-jobs", type=at_least(1), default=8,
@@ -323,6 +334,9 @@ def run(argv=None) -> int:
     if args.command == "answers":
         store = open_store(args.answer_store, args.answer_store_file)
         if args.action == "clear":
+            if not store.stats()["writable"]:
+                raise QuailError(f"the answer store {store.path} cannot be written (read-only, unreachable or of "
+                                 f"a newer schema): nothing was removed")
             print(f"removed {store.clear():,} answers from {store.path}")
         else:
             s = store.stats()

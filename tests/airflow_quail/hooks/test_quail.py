@@ -52,6 +52,20 @@ def test_a_connection_with_a_host_names_a_remote_worker(monkeypatch):
     assert client.location == "grpc://10.0.0.5:9000"
 
 
+@pytest.mark.parametrize("value", ["false", 0, None, "no"])
+def test_an_answer_store_extra_that_is_not_a_boolean_is_refused(monkeypatch, value):
+    """"false", 0, "no" or null once read as true: the tasks used the store they were told not to."""
+    from quail.errors import QuailError
+
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_X", json.dumps({"conn_type": "quail", "host": "127.0.0.1",
+                                                           "extra": {"answer_store": value}}))
+    with pytest.raises(QuailError, match="the extra 'answer_store' must be true or false"):
+        QuailHook("quail_x").answer_store
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_X", json.dumps({"conn_type": "quail", "host": "127.0.0.1",
+                                                           "extra": {"answer_store": False}}))
+    assert QuailHook("quail_x").answer_store is False
+
+
 def test_an_unknown_connection_is_an_error():
     from airflow.exceptions import AirflowNotFoundException
 

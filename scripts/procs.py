@@ -28,12 +28,14 @@ def record(pid_file: Path, pid: int) -> None:
 
 
 def recorded(pid_file: Path) -> int | None:
-    """The pid a pid file names, while that very process runs."""
+    """The pid a pid file names, while that very process runs and is this user's: never another
+    user's process, whatever a file says."""
     try:
         pid, start = pid_file.read_text().split()
+        mine = os.stat(f"/proc/{int(pid)}").st_uid == os.getuid()
     except (OSError, ValueError):
         return None
-    return int(pid) if started(int(pid)) == start else None
+    return int(pid) if mine and started(int(pid)) == start else None
 
 
 def descendants(pids: set[int]) -> set[int]:

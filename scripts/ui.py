@@ -74,10 +74,18 @@ def until(what: str, ui: Path, fn, timeout: float):
         time.sleep(2)
 
 
+def ui_folder(home: Path) -> Path:
+    """HOME/ui, created 0700: refused if another user owns it or may write it, since what it names
+    (pid files, the QUAIL_HOME of the workers) is what `stop` signals and removes (quail/trust.py)."""
+    from quail.trust import private_folder
+
+    home.mkdir(parents=True, exist_ok=True)
+    return private_folder(home / "ui")
+
+
 def serve(home: Path, port: int) -> tuple[str, str]:
     """Starts the services (unless they run already); their URL and the user's password."""
-    ui = home / "ui"
-    ui.mkdir(parents=True, exist_ok=True)
+    ui = ui_folder(home)
     if running(ui):
         base = (ui / "url").read_text().strip()
         print(f"Airflow already runs for {home} at {base} (`make stop` stops it)")
@@ -135,7 +143,10 @@ def start(home: Path, port: int, rows: int | None, timeout: float) -> int:
 
 
 def stop(home: Path, timeout: float) -> int:
-    ui = home / "ui"
+    if not (home / "ui").exists():
+        print(f"nothing to stop for {home}")
+        return 0
+    ui = ui_folder(home)
     leaders = running(ui)
     stopped = procs.stop(list(leaders.values()), timeout * 2 / 3)
     for name in SERVICES:
@@ -152,11 +163,16 @@ def stop(home: Path, timeout: float) -> int:
 
 def stop_workers(ui: Path, timeout: float) -> list[int]:
     """`quail worker stop` for the QUAIL_HOME the services had; waits for the workers to end."""
-    if not (ui / "quail_home").exists():
-        return []
+    from quail.trust import owned_file, private_folder
     from quail.worker.local import stop_local_workers
 
-    pids = stop_local_workers(Path((ui / "quail_home").read_text().strip()) / "worker")
+    if not owned_file(ui / "quail_home"):
+        return []
+    quail_home = Path((ui / "quail_home").read_text().strip())
+    if not (quail_home / "worker").is_dir():
+        return []
+    private_folder(quail_home)  # a home another user could write names workers and pid files that are not ours
+    pids = stop_local_workers(private_folder(quail_home / "worker"))
     procs.stop([p for p in pids if procs.started(p)], timeout)  # SIGTERM again, then SIGKILL if need be
     return pids
 
@@ -170,9 +186,15 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, help="seconds to wait (start: for the run, 3600; stop: 60)")
     args = parser.parse_args()
     home = args.home.resolve()
-    if args.action == "start":
-        return start(home, args.port, args.rows, args.timeout or 3600)
-    return stop(home, args.timeout or 60)
+    from quail.errors import QuailError
+
+    try:
+        if args.action == "start":
+            return start(home, args.port, args.rows, args.timeout or 3600)
+        return stop(home, args.timeout or 60)
+    except QuailError as e:
+        print(f"quail: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from airflow.sdk import BaseHook
 from quail.constants import DEFAULT_PORT
 from quail.errors import QuailError
 from quail.model.registry import DEFAULT_MODEL
-from quail.pipeline.windows import check_max_tokens
+from quail.pipeline.windows import check_count
 from quail.worker.client import DEFAULT_TIMEOUT, WorkerClient, WorkerLost, describe_load
 from quail.worker.local import ensure_local_worker
 from quail.worker.routing import placement, route
@@ -77,10 +77,8 @@ class QuailHook(BaseHook):
         the connection that answer, in the partition's order, at most `cap` (by default the extra
         `max_workers`, else all of them). One: a connection of one worker, or a local one."""
         workers, token, extra = self._remote()
-        cap = cap if cap is not None else extra.get("max_workers")
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise QuailError(f"connection {self.quail_conn_id!r}: the extra 'max_workers' must be a whole number "
-                             f"above 0, not {cap!r}")
+        if cap is None:
+            cap = check_count(extra.get("max_workers"), f"connection {self.quail_conn_id!r}: the extra 'max_workers'")
         if len(workers) < 2 or cap == 1:
             return [home]
         timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
@@ -99,7 +97,7 @@ class QuailHook(BaseHook):
     @property
     def max_tokens(self) -> int | None:
         """The extra `max_tokens`: the tokens a task may compute, unless its operator says otherwise."""
-        return check_max_tokens(self._remote()[2].get("max_tokens"),
+        return check_count(self._remote()[2].get("max_tokens"),
                                 f"connection {self.quail_conn_id!r}: the extra 'max_tokens'")
 
     @property

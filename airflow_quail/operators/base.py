@@ -31,7 +31,7 @@ from quail.pipeline.windows import (
     Window,
     WindowDone,
     check_budget,
-    check_max_tokens,
+    check_count,
     check_window_rows,
     drive,
 )
@@ -118,6 +118,7 @@ class BaseLLMOperator(BaseOperator):
         try:
             self.cascade = self.settings.check_one("cascade", cascade, f"task {self.task_id!r}")
             check_review(review_output, self.cascade, f"task {self.task_id!r}")
+            self.max_workers = check_count(max_workers, f"task {self.task_id!r}: max_workers")
         except QuailError as e:
             raise AirflowException(str(e)) from None
         self.review_output = review_output
@@ -130,11 +131,6 @@ class BaseLLMOperator(BaseOperator):
         self.calibration = calibration
         self.ahead = ahead
         self.max_tokens = max_tokens
-        if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)
-                                        or max_workers < 1):
-            raise AirflowException(f"task {self.task_id!r}: max_workers must be a whole number above 0, "
-                                   f"got {max_workers!r}")
-        self.max_workers = max_workers
 
     def inputs(self) -> list[tuple[str, str]]:
         raise NotImplementedError
@@ -253,7 +249,7 @@ class BaseLLMOperator(BaseOperator):
         return pool
 
     def _budget(self, run: "_TaskRun") -> int | None:
-        own = check_max_tokens(self.max_tokens, f"task {self.task_id!r}: max_tokens")
+        own = check_count(self.max_tokens, f"task {self.task_id!r}: max_tokens")
         return own if own is not None else run.hook.max_tokens
 
     def _predicted(self, run: "_TaskRun", spec: OperatorSpec, source: str, others: list) -> Prediction:

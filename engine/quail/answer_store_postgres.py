@@ -70,11 +70,9 @@ class PostgresAnswerStore:
         self.writable = True
         self._recent: dict[bytes, tuple[list, int]] = {}
         self._lock = threading.Lock()  # guards _recent and the outage state, never a round trip
-        self._down_until = 0.0  # while it did not answer: tried again after RETRY seconds
-        self._down = False
+        self._down_until: float | None = None  # while it does not answer: when it is tried again
         self._ready = False
         self._bounded = 0.0  # when this worker last counted the answers
-        self._unusable = False  # a schema newer than this Quail's: never used
         # a database that hangs costs a lookup 30 s at most, never a task
         self._engine: Engine = create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
                                              pool_timeout=30, connect_args={"connect_timeout": 5,
@@ -82,7 +80,8 @@ class PostgresAnswerStore:
 
     def _usable(self) -> bool:
         with self._lock:
-            if self._unusable or time.monotonic() < self._down_until:
+            # not writable: a schema newer than this Quail's, never used
+            if not self.writable or (self._down_until is not None and time.monotonic() < self._down_until):
                 return False
         if not self._ready:
             with self._engine.begin() as db:
@@ -95,22 +94,21 @@ class PostgresAnswerStore:
                 elif version > VERSION:
                     log.warning("the answer store %s has schema version %d, newer than this Quail's %d: it is not "
                                 "used, and answers are not stored; upgrade Quail", self.path, version, VERSION)
-                    self._unusable, self.writable = True, False
+                    self.writable = False
                     return False
             self._ready = True
         return True
 
     def _failed(self, what: str, error: Exception) -> None:
         with self._lock:
-            first, self._down = not self._down, True
-            self._down_until = time.monotonic() + RETRY
+            first, self._down_until = self._down_until is None, time.monotonic() + RETRY
         if first:
             log.warning("the answer store %s is unreachable (%s: %s): the run goes on without it, and tries "
                         "again every %.0f s", self.path, what, type(error).__name__, RETRY)
 
     def _answered(self) -> None:
         with self._lock:
-            back, self._down = self._down, False
+            back, self._down_until = self._down_until is not None, None
         if back:
             log.warning("the answer store %s answers again: storing resumes", self.path)
 

@@ -25,7 +25,7 @@ import yaml
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL
-from quail.pipeline.windows import check_max_tokens
+from quail.pipeline.windows import check_count
 from quail.specs import OperatorSpec
 
 
@@ -100,7 +100,7 @@ def load_pipeline(path: str) -> Pipeline:
         if "review_output" in op:
             reviews[name] = str(base / _path(op["review_output"], f"operator {name!r}: review_output"))
         if "max_tokens" in op:
-            budgets[name] = check_max_tokens(op["max_tokens"], f"operator {name!r}: max_tokens")
+            budgets[name] = check_count(op["max_tokens"], f"operator {name!r}: max_tokens")
     names = set(tables) | {s.name for s in specs}
     for s in specs:
         for source in s.inputs:

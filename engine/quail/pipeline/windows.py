@@ -156,9 +156,9 @@ def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: s
     return op.finish()
 
 
-def check_max_tokens(value, what: str) -> int | None:
-    """A budget as a setting gives it (an operator's, a pipeline's, a connection's): none, or a whole
-    number above 0."""
+def check_count(value, what: str) -> int | None:
+    """A count as a setting gives it (a budget of tokens, a number of workers; an operator's, a
+    pipeline's, a connection's): none, or a whole number above 0."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise QuailError(f"{what} must be a whole number above 0, got {value!r}")
     return value

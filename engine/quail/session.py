@@ -19,6 +19,7 @@ from quail.kinds.classify import render as render_classify
 from quail.kinds.filter import render as render_filter
 from quail.kinds.join import pair_room
 from quail.kinds.join import render as render_join
+from quail.kinds.settings import check_calibration, check_cascade_model
 from quail.kinds.words import DEFAULT_QUESTION, SECOND
 from quail.model.loader import LoadedModel, load_model
 from quail.model.registry import DEFAULT_MODEL, EMBEDDED
@@ -28,7 +29,6 @@ from quail.ops.filter import FilterResult, run_filter
 from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import PromptLayout
 from quail.reuse import Retain, Reuse
-from quail.specs import CALIBRATIONS
 
 if TYPE_CHECKING:
     from quail.answer_stores import Store
@@ -100,8 +100,7 @@ class Session:
     def peer(self, model: str) -> "Session":
         """Another model in this process, with its own arena, opened as this one was and kept: a
         cascade's larger model."""
-        if model == self.loaded.name:
-            raise QuailError(f"cascade model {model!r} is the model that answers first; name a larger one")
+        check_cascade_model(self.loaded.name, model, "a cascade")
         with self.peers_lock:
             if model not in self.peers:
                 self.peers[model] = Session.open(model, **self.options)
@@ -144,8 +143,10 @@ class Session:
         return model.calibration if model else "none"
 
     def calibrating(self, calibration: str) -> bool:
-        if calibration not in CALIBRATIONS:
-            raise QuailError(f"--calibration {calibration!r}: choose one of {', '.join(CALIBRATIONS)}")
+        try:
+            check_calibration(calibration)
+        except ValueError as e:
+            raise QuailError(str(e)) from None
         return (self.own_calibration if calibration == "auto" else calibration) == "contextual"
 
     def content_free(self) -> list[list[int]]:

@@ -36,7 +36,7 @@ def test_validation_is_the_kinds_own():
         plan([OperatorSpec("c", "classify", ("t",), ("text",), ("Q?",), ("a", "a"))])
     with pytest.raises(QuailError, match="a join takes 2 input"):
         plan([OperatorSpec("j", "join", ("t",), ("text",), ("Q?",))])
-    with pytest.raises(QuailError, match="limit must be a positive number of rows, on a filter"):
+    with pytest.raises(QuailError, match="unknown classify keys \\['limit'\\]"):
         plan([OperatorSpec("c", "classify", ("t",), ("text",), ("Q?",), ("a", "b"), limit=3)])
     with pytest.raises(QuailError, match="kind 'sort' is not one of filter, classify, join"):
         plan([OperatorSpec("s", "sort", ("t",), ("text",), ("Q?",))])

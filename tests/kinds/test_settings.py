@@ -1,6 +1,8 @@
 """Each kind's settings model: one place where a setting is typed, checked and named, whichever front
 end gives it (a pipeline file, the CLI, an Airflow operator)."""
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -73,7 +75,67 @@ def test_a_cascade_target_instead_of_a_band():
                        ({"model": "m", "target": {"recall": 0.9}, "sample": 1.5}, "'sample' must be a whole")):
         with pytest.raises(QuailError, match=says):
             FilterSettings.check_one("cascade", body, "t")
-    spec = KINDS["filter"].from_settings("f", {"input": "t", "column": "text", "predicates": "Q?",
-                                               "cascade": {"model": "m", "target": {"f1": 0.9}}}, None)
     with pytest.raises(QuailError, match="cascade target 'f1': a filter's is one of accuracy, precision, recall"):
-        KINDS["filter"].validate(spec, "operator 'f'")
+        KINDS["filter"].from_settings("f", {"input": "t", "column": "text", "predicates": "Q?",
+                                            "cascade": {"model": "m", "target": {"f1": 0.9}}}, None)
+
+
+GOOD = {
+    "filter": {"input": "t", "column": "text", "predicates": ["Q?", "R?"], "threshold": 0.3, "limit": 2,
+               "keep_all": True, "cascade": {"model": "m", "target": {"recall": 0.9}}},
+    "classify": {"input": "t", "column": "text", "labels": {"a": "the first", "b": "the second"}, "top_k": 2,
+                 "calibration": "none"},
+    "join": {"left": "a", "right": "b", "left_column": "t", "right_column": "u", "condition": "c",
+             "right_name": "headline", "top_k": 1},
+}
+
+
+@pytest.mark.parametrize("kind", list(GOOD))
+def test_a_spec_is_checked_by_the_model_that_built_it(kind):
+    """A spec that arrives whole (a job submission) stands for the same settings, and passes."""
+    settings = KINDS[kind].settings.parse(GOOD[kind], "here")
+    spec = settings.spec("x", None)
+    assert KINDS[kind].settings.of_spec(spec, "there").spec("x", None) == spec
+    KINDS[kind].validate(spec, "there")
+
+
+@pytest.mark.parametrize("kind, change, says", [
+    ("filter", {"threshold": 1.5}, "threshold 1.5 is outside [0, 1]"),
+    ("filter", {"limit": 0}, "limit must be a positive number of rows, on a filter"),
+    ("filter", {"predicates": ["Q?", " "]}, "predicate 2 is empty"),
+    ("filter", {"cascade": {"model": "m", "band": [0.9, 0.1]}}, "cascade band [0.9, 0.1] must be LOW <= HIGH"),
+    ("classify", {"labels": ["a", "a"]}, "duplicate labels ['a']"),
+    ("classify", {"labels": ["a", " "]}, "label 2 is empty"),
+    ("classify", {"top_k": 3}, "top_k must be between 2 and the number of labels (2), got 3"),
+    ("join", {"top_k": 0}, "top_k must be at least 1, got 0"),
+    ("join", {"right_name": "document"}, "right_name 'document' is what the prompt calls the left row"),
+])
+def test_a_file_and_a_spec_are_refused_alike(kind, change, says):
+    """One set of checks: a pipeline file's settings and a job submission's spec get the same words."""
+    body = {**GOOD[kind], **change}
+    with pytest.raises(QuailError) as from_file:
+        KINDS[kind].from_settings("x", body, None)
+    assert says in str(from_file.value)
+    good = KINDS[kind].settings.parse(GOOD[kind], "here").spec("x", None)
+    bad = dataclasses.replace(good, **_spec_change(kind, change))
+    with pytest.raises(QuailError) as from_spec:
+        KINDS[kind].validate(bad, "operator 'x'")
+    assert str(from_spec.value) == str(from_file.value)
+
+
+def _spec_change(kind, change):
+    """The spec fields a settings change stands for."""
+    [(key, value)] = change.items()
+    if key == "predicates":
+        return {"questions": tuple(value)}
+    if key == "labels":
+        return {"labels": tuple(value), "descriptions": ()}
+    if key == "cascade":
+        return {"cascade": Cascade(value["model"], *value["band"])}
+    return {key: value}
+
+
+def test_a_setting_another_kind_takes_is_refused_on_a_spec():
+    spec = KINDS["classify"].settings.parse(GOOD["classify"], "here").spec("x", None)
+    with pytest.raises(QuailError, match=r"unknown classify keys \['keep_all', 'threshold'\]"):
+        KINDS["classify"].validate(dataclasses.replace(spec, threshold=0.7, keep_all=True), "operator 'x'")

@@ -21,6 +21,7 @@ from quail.constants import (
 from quail.errors import QuailError
 from quail.installed import require_engine
 from quail.kinds import KINDS
+from quail.kinds.settings import check_cascade_model
 from quail.model.identity import model_files
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
@@ -384,8 +385,7 @@ def run(argv=None) -> int:
                                else ("--output", "--stats", "--review-output")), kept=_kept(args, pipeline))
     for spec in pipeline.specs:
         if spec.cascade is not None:
-            if spec.cascade.model == pipeline.model:
-                raise QuailError(f"operator {spec.name!r}: the cascade's model is --model itself; name a larger one")
+            check_cascade_model(pipeline.model, spec.cascade.model, f"operator {spec.name!r}")
             check_available(spec.cascade.model)
     session = _open_session(pipeline.model, args)
     session.store = open_store(args.answer_store, args.answer_store_file) if reuse.store else None

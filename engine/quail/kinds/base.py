@@ -8,7 +8,7 @@ from typing import Protocol
 
 from quail.errors import QuailError
 from quail.kinds.settings import Settings
-from quail.specs import CALIBRATIONS, OperatorSpec
+from quail.specs import OperatorSpec
 
 
 @dataclass(frozen=True)
@@ -55,51 +55,16 @@ class OperatorKind:
         raise NotImplementedError
 
     def validate(self, spec: OperatorSpec, where: str) -> None:
+        """A spec that arrived whole (a job submission, a plan), checked by the kind's settings model."""
         if len(spec.inputs) != self.arity or len(spec.columns) != self.arity:
             raise QuailError(f"{where}: a {self.name} takes {self.arity} input(s), each with a text column")
-        if not spec.questions or not all(q.strip() for q in spec.questions):
-            raise QuailError(f"{where}: give at least one non-empty {self.question_word}")
-        if not 0.0 <= spec.threshold <= 1.0:
-            raise QuailError(f"{where}: threshold {spec.threshold} is outside [0, 1]")
-        self.check_limit(spec, where)
-        self.check_top_k(spec, where)
-        self.check_cascade(spec, where)
-        if spec.calibration not in CALIBRATIONS:
-            raise QuailError(f"{where}: calibration {spec.calibration!r} is not one of {', '.join(CALIBRATIONS)}")
+        self.settings.of_spec(spec, where)
 
-    question_word = "question"
+    @property
+    def question_word(self) -> str:
+        return self.settings.question_word
+
     prompt_word: str | None = None  # what makes its prompt long, where more than the question
-
-    def check_limit(self, spec: OperatorSpec, where: str) -> None:
-        if spec.limit is not None:
-            raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
-
-    def check_top_k(self, spec: OperatorSpec, where: str) -> None:
-        if spec.top_k is not None:
-            raise QuailError(f"{where}: top_k is for a join (the best K right rows of each left row)")
-
-    cascade_metrics: tuple[str, ...] = ()  # the targets a cascade's band can be chosen for; none: no cascade
-
-    def check_cascade(self, spec: OperatorSpec, where: str) -> None:
-        c = spec.cascade
-        if c is None:
-            return
-        if not self.cascade_metrics:
-            raise QuailError(f"{where}: a {self.name} takes no cascade")
-        if not c.model.strip():
-            raise QuailError(f"{where}: cascade: name the larger model")
-        if c.target is not None:
-            if c.metric not in self.cascade_metrics:
-                raise QuailError(f"{where}: cascade target {c.metric!r}: a {self.name}'s is one of "
-                                 f"{', '.join(self.cascade_metrics)}")
-            if not 0.0 < c.target < 1.0 or not 0.0 < c.delta < 1.0:
-                raise QuailError(f"{where}: cascade target {c.target} and delta {c.delta} must each lie in (0, 1)")
-            if c.sample < 1:
-                raise QuailError(f"{where}: cascade sample must be at least 1 row, got {c.sample}")
-        if (c.low is None) != (c.high is None) or (c.low is None and c.target is None):
-            raise QuailError(f"{where}: cascade: give a band or a target")
-        if c.low is not None and c.high is not None and not 0.0 <= c.low <= c.high <= 1.0:
-            raise QuailError(f"{where}: cascade band [{c.low}, {c.high}] must be LOW <= HIGH within [0, 1]")
 
     # predicting it
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:

@@ -44,6 +44,9 @@ Labels = Annotated[tuple[tuple[str, ...], tuple[str, ...]], BeforeValidator(_lab
 
 class ClassifySettings(Settings):
     kind: ClassVar[str] = "classify"
+    question_word: ClassVar[str] = "question"
+    # a row is right or wrong: its label is the larger model's or not
+    cascade_metrics: ClassVar[tuple[str, ...]] = ("accuracy",)
     input: Name
     column: Name
     labels: Labels
@@ -58,13 +61,41 @@ class ClassifySettings(Settings):
                             labels, descriptions, top_k=self.top_k, calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
+    @classmethod
+    def body(cls, spec):
+        question = spec.questions[0] if len(spec.questions) == 1 else list(spec.questions)
+        return {"input": spec.inputs[0], "column": spec.columns[0], "labels": (spec.labels, spec.descriptions),
+                "question": question, "top_k": spec.top_k, "calibration": spec.calibration, "cascade": spec.cascade}
+
+    def questions(self):
+        return (self.question,) if self.question is not None else (DEFAULT_QUESTION,)
+
+    def check(self, flags):
+        super().check(flags)
+        labels, descriptions = self.labels
+        for i, label in enumerate(labels, 1):
+            if not label.strip():
+                raise ValueError(f"label {i} is empty")
+        if dupes := sorted({x for x in labels if labels.count(x) > 1}):
+            raise ValueError(f"duplicate labels {dupes}: give at least two distinct labels")
+        if len(labels) < 2:
+            raise ValueError(f"give at least two distinct labels, got {list(labels)}")
+        if descriptions and (len(descriptions) != len(labels) or not all(d.strip() for d in descriptions)):
+            raise ValueError("give every label a description, or none (a description is non-empty text)")
+        if self.top_k is None:
+            return
+        if not 2 <= self.top_k <= len(labels):
+            raise ValueError(f"top_k must be between 2 and the number of labels ({len(labels)}), got {self.top_k}")
+        if clash := sorted(set(top_columns(self.top_k)) & {f"p_{label}" for label in labels}):
+            raise ValueError(f"with top_k, the output's columns {clash} would clash with labels' probability "
+                             f"columns; rename those labels")
+
 
 class Classify(OperatorKind):
     name = "classify"
     summary = "label each row with one of the given labels"
     settings = ClassifySettings
     prompt_word = "question with its labels"
-    cascade_metrics = ("accuracy",)  # a row is right or wrong: its label is the larger model's or not
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -77,44 +108,16 @@ class Classify(OperatorKind):
                                                  "probabilities (p_label, p_label_2, ...)")
 
     def from_args(self, args):
-        if len(args.label) < 2:
-            raise QuailError("--label: give at least two labels")
         pairs = [label.partition("=") for label in args.label]
         for i, (name, eq, description) in enumerate(pairs, 1):
-            if not name.strip():
-                raise QuailError(f"--label {i} is empty")
-            if eq and not description.strip():
+            if eq and not description.strip():  # NAME= is neither a name alone nor a described one
                 raise QuailError(f"--label {i} ({name}): the description after '=' is empty")
-        names = [name for name, _, _ in pairs]
-        if dupes := sorted({n for n in names if names.count(n) > 1}):
-            raise QuailError(f"--label: duplicate labels {dupes}")
-        described = [eq for _, eq, _ in pairs]
-        if any(described) and not all(described):
-            raise QuailError("--label: give every label a description (NAME=DESCRIPTION), or none")
-        labels = {name: d for name, _, d in pairs} if all(described) else names
+        labels = (tuple(name for name, _, _ in pairs), tuple(d for _, eq, d in pairs if eq))
         settings = ClassifySettings.parse({"input": "input", "column": args.text_column, "labels": labels,
                                            "question": args.question, "top_k": args.top_k,
                                            "calibration": args.calibration, "cascade": cascade_from_args(args)},
-                                          "classify")
+                                          "classify", {"questions": "--question"})
         return {"input": args.input}, settings.spec("classify", args.output)
-
-    def validate(self, spec, where):
-        super().validate(spec, where)
-        if len(set(spec.labels)) != len(spec.labels) or len(spec.labels) < 2:
-            raise QuailError(f"{where}: give at least two distinct labels")
-        if spec.descriptions and (len(spec.descriptions) != len(spec.labels)
-                                  or not all(d.strip() for d in spec.descriptions)):
-            raise QuailError(f"{where}: give every label a non-empty description, or none")
-
-    def check_top_k(self, spec, where):
-        if spec.top_k is None:
-            return
-        if not 2 <= spec.top_k <= len(spec.labels):
-            raise QuailError(f"{where}: top_k must be between 2 and the number of labels ({len(spec.labels)}), "
-                             f"got {spec.top_k}")
-        if clash := sorted(set(top_columns(spec.top_k)) & {f"p_{label}" for label in spec.labels}):
-            raise QuailError(f"{where}: with top_k, the output's columns {clash} would clash with labels' "
-                             f"probability columns; rename those labels")
 
     def tokens(self, layout, spec, docs, partners):
         q, labels = render(layout, spec.questions[0], spec.labels, spec.descriptions)

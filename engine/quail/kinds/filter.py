@@ -4,7 +4,6 @@ of rows that passed the previous one)."""
 import argparse
 from typing import ClassVar
 
-from quail.errors import QuailError
 from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import (
     Calibration,
@@ -34,6 +33,8 @@ def stored_prompts(doc: list[int], questions: list[list[int]], asked: int) -> li
 
 class FilterSettings(Settings):
     kind: ClassVar[str] = "filter"
+    question_word: ClassVar[str] = "predicate"
+    cascade_metrics: ClassVar[tuple[str, ...]] = METRICS
     input: Name
     column: Name
     predicates: Texts
@@ -48,14 +49,26 @@ class FilterSettings(Settings):
                             limit=self.limit, keep_all=self.keep_all, calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
+    @classmethod
+    def body(cls, spec):
+        return {"input": spec.inputs[0], "column": spec.columns[0], "predicates": spec.questions,
+                "threshold": spec.threshold, "limit": spec.limit, "keep_all": spec.keep_all,
+                "calibration": spec.calibration, "cascade": spec.cascade}
+
+    def questions(self):
+        return self.predicates
+
+    def check(self, flags):
+        super().check(flags)
+        if self.limit is not None and self.limit < 1:
+            raise ValueError("limit must be a positive number of rows, on a filter")
+
 
 class Filter(OperatorKind):
     name = "filter"
     summary = "keep the rows for which every predicate holds"
     narrows = True
     settings = FilterSettings
-    question_word = "predicate"
-    cascade_metrics = METRICS
 
     def add_arguments(self, p):
         p.add_argument("input")
@@ -66,20 +79,11 @@ class Filter(OperatorKind):
         p.add_argument("--threshold", type=float, default=0.5)
 
     def from_args(self, args: argparse.Namespace):
-        if not args.predicate:
-            raise QuailError("--predicate: give at least one predicate")
-        for i, p in enumerate(args.predicate, 1):
-            if not p.strip():
-                raise QuailError(f"--predicate {i} is empty")
         settings = FilterSettings.parse({"input": "input", "column": args.text_column, "predicates": args.predicate,
                                          "threshold": args.threshold, "limit": args.limit, "keep_all": args.keep_all,
                                          "calibration": args.calibration, "cascade": cascade_from_args(args)},
-                                        "filter")
+                                        "filter", {"questions": "--predicate"})
         return {"input": args.input}, settings.spec("filter", args.output)
-
-    def check_limit(self, spec, where):
-        if spec.limit is not None and spec.limit < 1:
-            raise QuailError(f"{where}: limit must be a positive number of rows, on a filter")
 
     def asks_more_than_once(self, spec):
         return len(spec.questions) > 1

@@ -4,7 +4,6 @@ pair is ranked within its left row: 1 is the highest P(yes), ties going to the e
 
 from typing import ClassVar, cast
 
-from quail.errors import QuailError
 from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Number, Settings, Texts, cascade_from_args
 from quail.kinds.words import ANCHOR, partner_name
@@ -31,12 +30,14 @@ def render(layout: Layout, condition: str, name: str) -> list[int]:
 
 class JoinSettings(Settings):
     kind: ClassVar[str] = "join"
+    question_word: ClassVar[str] = "condition"
+    cascade_metrics: ClassVar[tuple[str, ...]] = METRICS  # over pairs
     left: Name
     right: Name
     left_column: Name
     right_column: Name
     condition: Texts
-    right_name: object = None  # checked with the spec (Join.validate), wherever it came from
+    right_name: object = None  # any value, for check's message to name it
     threshold: Number = 0.5
     top_k: Count = None
     calibration: Calibration = "auto"
@@ -48,6 +49,29 @@ class JoinSettings(Settings):
                             right_name=cast("str | None", self.right_name), calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
+    @classmethod
+    def body(cls, spec):
+        return {"left": spec.inputs[0], "right": spec.inputs[1], "left_column": spec.columns[0],
+                "right_column": spec.columns[1], "condition": spec.questions, "right_name": spec.right_name,
+                "threshold": spec.threshold, "top_k": spec.top_k, "calibration": spec.calibration,
+                "cascade": spec.cascade}
+
+    def questions(self):
+        return self.condition
+
+    def check(self, flags):
+        super().check(flags)
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        name = self.right_name
+        if name is None:
+            return
+        if not isinstance(name, str) or not name.strip() or "\n" in name or ":" in name:
+            raise ValueError(f"right_name must be a short name on one line, such as \"headline\", got {name!r}")
+        if name.strip().lower() == ANCHOR:
+            raise ValueError(f"right_name {name!r} is what the prompt calls the left row; name the right rows "
+                             f"otherwise (\"second document\")")
+
 
 class Join(OperatorKind):
     name = "join"
@@ -56,8 +80,6 @@ class Join(OperatorKind):
     keeps_rows = False
     anchor = "left_row"
     settings = JoinSettings
-    question_word = "condition"
-    cascade_metrics = METRICS  # over pairs
 
     def add_arguments(self, p):
         p.add_argument("left")
@@ -75,24 +97,9 @@ class Join(OperatorKind):
         settings = JoinSettings.parse({"left": "left", "right": "right", "left_column": args.left_column,
                                        "right_column": args.right_column, "right_name": args.right_name,
                                        "condition": args.condition, "threshold": args.threshold, "top_k": args.top_k,
-                                       "calibration": args.calibration, "cascade": cascade_from_args(args)}, "join")
+                                       "calibration": args.calibration, "cascade": cascade_from_args(args)}, "join",
+                                      {"questions": "--condition"})
         return {"left": args.left, "right": args.right}, settings.spec("join", args.output)
-
-    def validate(self, spec, where):
-        super().validate(spec, where)
-        name = spec.right_name
-        if name is None:
-            return
-        if not isinstance(name, str) or not name.strip() or "\n" in name or ":" in name:
-            raise QuailError(f"{where}: right_name must be a short name on one line, such as \"headline\", "
-                             f"got {name!r}")
-        if name.strip().lower() == ANCHOR:
-            raise QuailError(f"{where}: right_name {name!r} is what the prompt calls the left row; name the right "
-                             f"rows otherwise (\"second document\")")
-
-    def check_top_k(self, spec, where):
-        if spec.top_k is not None and spec.top_k < 1:
-            raise QuailError(f"{where}: top_k must be at least 1, got {spec.top_k}")
 
     def tokens(self, layout, spec, docs, partners):
         name = partner(spec)

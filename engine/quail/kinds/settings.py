@@ -3,9 +3,18 @@ build specs through it, so that a setting is typed, checked and named in one pla
 name the operator and the key: `operator 'f': 'threshold' must be a number, got 'abc'`."""
 
 import unicodedata
+from dataclasses import fields
 from typing import Annotated, Any, ClassVar, cast
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError, ValidationInfo
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from quail.errors import QuailError
 from quail.specs import CALIBRATIONS, Cascade, OperatorSpec
@@ -67,10 +76,17 @@ def _text(value, info: ValidationInfo) -> str | None:
     return value
 
 
-def _calibration(value, info: ValidationInfo) -> str:
+def check_calibration(value) -> str:
+    """The calibration setting, checked: what every front end's, the session's too, goes through."""
     if value not in CALIBRATIONS:
         raise ValueError(f"'calibration' must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
     return value
+
+
+def check_cascade_model(model: str, cascade_model: str, where: str) -> None:
+    """A cascade's larger model must be another model than the one that answers first."""
+    if cascade_model == model:
+        raise QuailError(f"{where}: the cascade's model is --model itself ({model!r}); name a larger one")
 
 
 def _cascade(value, info: ValidationInfo) -> Cascade | None:
@@ -133,7 +149,7 @@ Number = Annotated[float, BeforeValidator(_number)]
 Count = Annotated[int | None, BeforeValidator(_count)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Text = Annotated[str | None, BeforeValidator(_text)]
-Calibration = Annotated[str, BeforeValidator(_calibration)]
+Calibration = Annotated[str, BeforeValidator(check_calibration)]
 CascadeSetting = Annotated[Cascade | None, BeforeValidator(_cascade)]
 
 
@@ -143,17 +159,79 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True,
                               validate_default=False)
     kind: ClassVar[str]
+    question_word: ClassVar[str]  # what its questions are called in messages: predicate, question, condition
+    cascade_metrics: ClassVar[tuple[str, ...]]  # the targets a cascade's band can be chosen for
 
     @classmethod
-    def parse(cls, body: dict, where: str) -> "Settings":
+    def parse(cls, body: dict, where: str, flags: dict[str, str] | None = None) -> "Settings":
         """The settings from a mapping (a pipeline file's, or an operator's arguments), or a
-        QuailError naming `where` and the key."""
+        QuailError naming `where` and the key. `flags`: what the command line calls a setting,
+        for its messages."""
         if not isinstance(body, dict):
             raise QuailError(f"{where}: {cls.kind} must be a mapping of its settings")
         try:
-            return cls.model_validate(body)
+            return cls.model_validate(body, context={"flags": flags or {}})
         except ValidationError as e:
             raise QuailError(f"{where}: {cls._reason(e, body)}") from None
+
+    @classmethod
+    def of_spec(cls, spec: OperatorSpec, where: str) -> "Settings":
+        """The settings a spec that arrived whole (a job submission, a plan) stands for, checked as a
+        pipeline file's are. A spec field the kind does not take, set, is refused as an unknown key."""
+        body = cls.body(spec)
+        settings = cls.parse(body, where)
+        rebuilt = settings.spec(spec.name, spec.output)
+        if foreign := sorted(f.name for f in fields(spec) if getattr(spec, f.name) != getattr(rebuilt, f.name)):
+            raise QuailError(f"{where}: unknown {cls.kind} keys {foreign}; allowed: {sorted(cls.model_fields)}")
+        return settings
+
+    @classmethod
+    def body(cls, spec: OperatorSpec) -> dict:
+        """The settings mapping that builds `spec`."""
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _checked(self, info: ValidationInfo) -> "Settings":
+        self.check((info.context or {}).get("flags", {}))
+        return self
+
+    def check(self, flags: dict[str, str]) -> None:
+        """The checks across a kind's settings (ranges, shapes), as ValueErrors. `flags` names a setting
+        as the command line does."""
+        self.check_questions(self.questions(), flags.get("questions"))
+        if (threshold := getattr(self, "threshold", None)) is not None and not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold {threshold} is outside [0, 1]")
+        self.check_cascade()
+
+    def questions(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def check_questions(self, questions: tuple[str, ...], flag: str | None) -> None:
+        word = self.question_word
+        if not questions:
+            raise ValueError(f"give at least one {word}")
+        for i, q in enumerate(questions, 1):
+            if not q.strip():
+                raise ValueError(f"{flag or word} {i} is empty; give at least one non-empty {word}, and none empty")
+
+    def check_cascade(self) -> None:
+        c: Cascade | None = getattr(self, "cascade", None)
+        if c is None:
+            return
+        if not c.model.strip():
+            raise ValueError("cascade: name the larger model")
+        if c.target is not None:
+            if c.metric not in self.cascade_metrics:
+                raise ValueError(f"cascade target {c.metric!r}: a {self.kind}'s is one of "
+                                 f"{', '.join(self.cascade_metrics)}")
+            if not 0.0 < c.target < 1.0 or not 0.0 < c.delta < 1.0:
+                raise ValueError(f"cascade target {c.target} and delta {c.delta} must each lie in (0, 1)")
+            if c.sample < 1:
+                raise ValueError(f"cascade sample must be at least 1 row, got {c.sample}")
+        if (c.low is None) != (c.high is None) or (c.low is None and c.target is None):
+            raise ValueError("cascade: give a band or a target")
+        if c.low is not None and c.high is not None and not 0.0 <= c.low <= c.high <= 1.0:
+            raise ValueError(f"cascade band [{c.low}, {c.high}] must be LOW <= HIGH within [0, 1]")
 
     @classmethod
     def check_one(cls, key: str, value, where: str):

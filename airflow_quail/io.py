@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
@@ -32,6 +33,9 @@ from quail.atomic import INPUT, check_output
 from quail.errors import QuailError
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS, OutputSink, TableSource
 from quail.pipeline.tables import unique_columns
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ def _one_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
                 raw.isolation_level = level
 
 
-def object_path(uri: str, readable: bool = True):
+def object_path(uri: str, readable: bool = True) -> "ObjectStoragePath | None":
     """An ObjectStoragePath for a URI with a scheme other than sql://; None for a local path.
     readable: a filesystem for its scheme must be registered (lineage only names it)."""
     scheme, sep, _ = uri.partition("://")
@@ -136,6 +140,7 @@ def iter_source(source: str, rows: int) -> Iterator[tuple[int, pa.Table]]:
             yield from TableSource(local, source).windows(rows)
             return
         path = object_path(source)
+        assert path is not None  # a URI with a scheme: local_file gave None, parse_sql too
         if not path.is_file():
             raise QuailError(f"source {source!r}: no such object")
         with path.open("rb") as f:
@@ -185,7 +190,7 @@ def _sql_windows(source: str, where: SqlLocation, rows: int) -> Iterator[tuple[i
         yield 0, pa.table({n: pa.array([], pa.null()) for n in names}) if names else pa.table({})
 
 
-def _sql_type(t: pa.DataType):
+def _sql_type(t: pa.DataType) -> sa.types.TypeEngine:
     if pa.types.is_boolean(t):
         return sa.Boolean()
     if pa.types.is_integer(t):
@@ -201,7 +206,7 @@ def _sql_type(t: pa.DataType):
     raise QuailError(f"a column of type {t} cannot be written to SQL")
 
 
-def _write_object(tables: Iterable[pa.Table], path) -> None:
+def _write_object(tables: Iterable[pa.Table], path: "ObjectStoragePath") -> None:
     temp = path.parent / f".{path.name}.quail-{uuid.uuid4().hex[:8]}.tmp"
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -216,7 +221,7 @@ def _write_object(tables: Iterable[pa.Table], path) -> None:
         raise
 
 
-def _write_parquet(tables: Iterable[pa.Table], sink) -> None:
+def _write_parquet(tables: Iterable[pa.Table], sink: BinaryIO) -> None:
     writer = None
     for table in tables:
         if writer is None:
@@ -227,7 +232,7 @@ def _write_parquet(tables: Iterable[pa.Table], sink) -> None:
     writer.close()
 
 
-def target_location(target: str):
+def target_location(target: str) -> "SqlLocation | Path | ObjectStoragePath | None":
     """Where an output goes (a SqlLocation, an ObjectStoragePath or a local path), checked before
     any work is done for it."""
     where = parse_sql(target)
@@ -253,7 +258,7 @@ def local_file(location: str) -> Path | None:
 LOCAL_SCHEMES = ("file", "local")
 
 
-def check_target(target: str, sources: Iterable[str] = ()):
+def check_target(target: str, sources: Iterable[str] = ()) -> "SqlLocation | Path | ObjectStoragePath | None":
     """Refuses, before any work is sent, a target that could not be written: a location of the
     wrong kind, an unknown connection or one that does not answer, a path that cannot be created
     (under a regular file, in a read-only folder, in /proc), or one of the operator's own inputs,
@@ -314,6 +319,7 @@ def write_target(tables: Iterable[pa.Table] | pa.Table, target: str) -> None:
                 sink.write(table)
         return
     if not isinstance(where, SqlLocation):
+        assert where is not None and not isinstance(where, Path)  # local_file gave None: an object store URI
         _write_object(tables, where)
         return
     assert where.table is not None  # target_location refuses a target that is not a table

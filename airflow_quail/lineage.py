@@ -5,12 +5,16 @@ the same names, the target an outlet and the sources inlets, so a DAG can be sch
 output."""
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
 
 from airflow_quail.io import object_path, parse_sql, sql_engine
 from quail.errors import QuailError
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Asset
 
 _DEFAULT_SCHEMA = {"postgresql": "public"}
 _DEFAULT_PORT = {"postgresql": 5432, "mysql": 3306}
@@ -56,7 +60,7 @@ def asset_uri(uri: str) -> str | None:
     return f"{namespace}/{name}"
 
 
-def quail_asset(uri: str):
+def quail_asset(uri: str) -> "Asset":
     """The Asset a Quail operator declares for `uri` (a target or source), for `schedule=[...]`."""
     from airflow.sdk import Asset
 
@@ -66,7 +70,7 @@ def quail_asset(uri: str):
     return Asset(found)
 
 
-def operator_lineage(sources: list[str], target: str, rows_out: int | None = None):
+def operator_lineage(sources: list[str], target: str, rows_out: int | None = None) -> "OperatorLineage":
     from airflow.providers.common.compat.openlineage.facet import (
         InputDataset,
         OutputDataset,

@@ -10,18 +10,35 @@ the same explicitly."""
 
 import json
 from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from quail.planner.plan import OperatorPlan, Plan, plan
 
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+    from airflow.sdk.types import Operator
 
-def is_quail(cls) -> bool:
+    from quail.specs import OperatorSpec
+
+    class QuailOperator(Protocol):
+        """What the planning reads of a Quail operator (airflow_quail.operators.base.BaseLLMOperator,
+        which imports this module: named here by its shape)."""
+
+        task_id: str
+        target: str
+        ahead: bool | None
+
+        def spec(self) -> OperatorSpec: ...
+
+
+def is_quail(cls: object) -> bool:
     """A Quail operator class: one whose rendered fields carry its plan entry (`quail_plan`). Known
     by that, not by its base class, so that the operators import the planning and not the reverse."""
     fields = getattr(cls, "template_fields", ())  # a MappedOperator's is a property: not one
     return isinstance(cls, type) and isinstance(fields, (tuple, list)) and "quail_plan" in fields
 
 
-def dag_plan(dag) -> Plan | None:
+def dag_plan(dag: "DAG") -> Plan | None:
     """The plan of the DAG's Quail operators, mapped ones included, or None if it has none."""
     planned: dict = {}
     for task in dag.topological_sort():  # upstream first: a mapped task reads its producers' plans
@@ -39,7 +56,7 @@ def dag_plan(dag) -> Plan | None:
     return plan(specs).uncertain({t for t, op in planned.items() if not _certain(dag.get_task(t), op)})
 
 
-def _certain(task, op) -> bool:
+def _certain(task: "Operator", op: "QuailOperator") -> bool:
     """Whether the task runs whenever its producers succeed, so that computing it ahead is never
     wasted: its `ahead` says so, or else its trigger rule is all_success and no task above it can
     skip it (a branch, a short-circuit)."""
@@ -50,7 +67,7 @@ def _certain(task, op) -> bool:
         not any(getattr(t, "inherits_from_skipmixin", False) for t in upstream)
 
 
-def _planned(task, planned: dict):
+def _planned(task: Any, planned: dict[str, "QuailOperator"]) -> "QuailOperator | None":
     """The Quail operator a task plans as. A mapped one (`.partial(...).expand(...)`) plans as one
     operator of its partial arguments: an input expanded over a Quail operator's output (its
     manifests' targets) reads that operator's target (from `planned`, the upstream tasks' plans),
@@ -75,7 +92,7 @@ def _planned(task, planned: dict):
         return None
 
 
-def plan_quail_dag(dag) -> Plan | None:
+def plan_quail_dag(dag: "DAG") -> Plan | None:
     """Plans the DAG and stores each operator's entry, with the plan hash, in its `quail_plan`
     template field, which the UI's Rendered Templates view shows."""
     result = dag_plan(dag)
@@ -83,9 +100,9 @@ def plan_quail_dag(dag) -> Plan | None:
         planned = {s.name for s in result.specs}
         for t in dag.tasks:
             if is_quail(type(t)):
-                t.quail_plan = plan_document(result.hash, result[t.task_id])
+                t.quail_plan = plan_document(result.hash, result[t.task_id])  # type: ignore[union-attr]  # not mapped
             elif t.task_id in planned:  # mapped: every index gets it from the partial arguments
-                t.partial_kwargs["quail_plan"] = plan_document(result.hash, result[t.task_id])
+                t.partial_kwargs["quail_plan"] = plan_document(result.hash, result[t.task_id])  # type: ignore[union-attr]
     return result
 
 

@@ -7,16 +7,17 @@ staged. XCom gets only a small manifest: where the output is, row counts and the
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.exceptions import AirflowException
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, Context
 
 from airflow_quail.hooks.quail import QuailHook
-from airflow_quail.io import check_target, iter_source, read_source, source_rows, write_target
+from airflow_quail.io import SqlLocation, check_target, iter_source, read_source, source_rows, write_target
 from airflow_quail.lineage import operator_lineage
 from airflow_quail.planning import dag_plan
 from airflow_quail.staging import WindowStage
@@ -42,6 +43,11 @@ from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost
 from quail.worker.jobs import LOST, Identity, JobState, Span, Submission, job_ref
 from quail.worker.protocol import content_digest, documents_digest
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import ObjectStoragePath
+    from airflow.sdk.types import TaskInstance
 
 EVENT_KEYS = frozenset({"job", "state", "documents", "stats", "predicted", "error"})  # a job's status
 
@@ -113,7 +119,7 @@ class BaseLLMOperator(BaseOperator):
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  quail_plan: str = "", window_rows: int = DEFAULT_WINDOW_ROWS, calibration: str = "auto",
                  ahead: bool | None = None, max_tokens: int | None = None, cascade: dict | None = None,
-                 review_output: str | None = None, max_workers: int | None = None, **kwargs):
+                 review_output: str | None = None, max_workers: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         try:
             self.cascade = self.settings.check_one("cascade", cascade, f"task {self.task_id!r}")
@@ -164,16 +170,16 @@ class BaseLLMOperator(BaseOperator):
             return whole, OperatorPlan.from_dict(json.loads(self.quail_plan)["operator"])
         return whole, whole[self.task_id]
 
-    def execute(self, context):
+    def execute(self, context: Context) -> dict:
         return self._run(context, None)
 
-    def execute_complete(self, context, event: dict, window: int = 0):
+    def execute_complete(self, context: Context, event: dict, window: int = 0) -> dict:
         """Resumes after the trigger saw window `window`'s job end: stages it and goes on."""
         if not (isinstance(event, dict) and EVENT_KEYS <= set(event) and isinstance(window, int)):
             raise AirflowException(f"task {self.task_id!r}: the trigger's event is not a Quail job's end: {event!r}")
         return self._run(context, (window, event))
 
-    def _run(self, context, ended: tuple[int, dict] | None) -> dict:
+    def _run(self, context: Context, ended: tuple[int, dict] | None) -> dict:
         """Computes the windows not staged yet, one job each, then writes the output from the staged
         windows. `ended`: a window whose job a trigger saw end, with its status."""
         try:
@@ -270,7 +276,8 @@ class BaseLLMOperator(BaseOperator):
                       f"{self._budget(run):,}")
         return predicted
 
-    def _task_run(self, context, where, ended: tuple[int, dict] | None) -> "_TaskRun":
+    def _task_run(self, context: Context, where: "SqlLocation | Path | ObjectStoragePath | None",
+                  ended: tuple[int, dict] | None) -> "_TaskRun":
         ti = context["ti"]
         identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
         hook, route = QuailHook(self.quail_conn_id), (identity.dag_id, identity.map_index)
@@ -371,7 +378,7 @@ class BaseLLMOperator(BaseOperator):
         else:
             self.log.info("%d rows, %d window(s)", total.rows_in, total.windows)
 
-    def _progress_log(self, every: float = 5.0):
+    def _progress_log(self, every: float = 5.0) -> Callable[[dict], None]:
         """Logs a job's progress when its state changes, and otherwise at most every `every` seconds."""
         last: dict[str, Any] = {"state": None, "at": 0.0}
 
@@ -384,10 +391,10 @@ class BaseLLMOperator(BaseOperator):
 
         return log
 
-    def get_openlineage_facets_on_start(self):
+    def get_openlineage_facets_on_start(self) -> "OperatorLineage":
         return operator_lineage(self.sources(), self.target)
 
-    def get_openlineage_facets_on_complete(self, task_instance):
+    def get_openlineage_facets_on_complete(self, task_instance: "TaskInstance") -> "OperatorLineage":
         return operator_lineage(self.sources(), self.target, getattr(self, "rows_out", None))
 
     def on_kill(self) -> None:

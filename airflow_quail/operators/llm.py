@@ -2,11 +2,13 @@
 is BaseLLMOperator's."""
 
 from collections.abc import Sequence
+from typing import Any
 
 from airflow_quail.operators.base import BaseLLMOperator
 from quail.kinds.classify import ClassifySettings
 from quail.kinds.filter import FilterSettings
 from quail.kinds.join import JoinSettings
+from quail.specs import OperatorSpec
 
 
 class LLMFilterOperator(BaseLLMOperator):
@@ -28,16 +30,16 @@ class LLMFilterOperator(BaseLLMOperator):
     settings = FilterSettings
 
     def __init__(self, *, source: str, text_column: str, predicates: list[str], limit: int | None = None,
-                 threshold: float = 0.5, **kwargs):
+                 threshold: float = 0.5, **kwargs: Any):
         super().__init__(**kwargs)
         self.source, self.text_column, self.predicates = source, text_column, predicates
         self.limit, self.threshold = limit, threshold
         self._declare_assets(kwargs)
 
-    def inputs(self):
+    def inputs(self) -> list[tuple[str, str]]:
         return [(self.source, self.text_column)]
 
-    def spec(self):
+    def spec(self) -> OperatorSpec:
         return FilterSettings.parse({"input": self.source, "column": self.text_column, "predicates": self.predicates,
                                      "threshold": self.threshold, "limit": self.limit, "calibration": self.calibration,
                                      "cascade": self.cascade}, f"task {self.task_id!r}").spec(self.task_id, self.target)
@@ -63,16 +65,16 @@ class LLMClassifyOperator(BaseLLMOperator):
     settings = ClassifySettings
 
     def __init__(self, *, source: str, text_column: str, labels: list[str] | dict[str, str],
-                 question: str | None = None, top_k: int | None = None, **kwargs):
+                 question: str | None = None, top_k: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.source, self.text_column, self.labels, self.question = source, text_column, labels, question
         self.top_k = top_k
         self._declare_assets(kwargs)
 
-    def inputs(self):
+    def inputs(self) -> list[tuple[str, str]]:
         return [(self.source, self.text_column)]
 
-    def spec(self):
+    def spec(self) -> OperatorSpec:
         return ClassifySettings.parse({"input": self.source, "column": self.text_column, "labels": self.labels,
                                        "question": self.question, "top_k": self.top_k,
                                        "calibration": self.calibration, "cascade": self.cascade},
@@ -104,16 +106,16 @@ class LLMJoinOperator(BaseLLMOperator):
     settings = JoinSettings
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
-                 right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None, **kwargs):
+                 right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.left, self.right, self.left_column, self.right_column = left, right, left_column, right_column
         self.condition, self.right_name, self.threshold, self.top_k = condition, right_name, threshold, top_k
         self._declare_assets(kwargs)
 
-    def inputs(self):
+    def inputs(self) -> list[tuple[str, str]]:
         return [(self.left, self.left_column), (self.right, self.right_column)]
 
-    def spec(self):
+    def spec(self) -> OperatorSpec:
         return JoinSettings.parse({"left": self.left, "right": self.right, "left_column": self.left_column,
                                    "right_column": self.right_column, "condition": self.condition,
                                    "right_name": self.right_name, "threshold": self.threshold, "top_k": self.top_k,

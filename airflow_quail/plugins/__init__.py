@@ -2,6 +2,8 @@
 /quail (airflow_quail.plugins.app), a nav entry that renders it inside the UI, and a view per DAG
 run."""
 
+from typing import Any
+
 from airflow.plugins_manager import AirflowPlugin
 
 
@@ -10,7 +12,7 @@ class QuailPlugin(AirflowPlugin):
 
     # A property, so that only the api-server, which reads it, imports the app; Airflow declares a list.
     @property
-    def fastapi_apps(self):  # type: ignore[override]
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
         from airflow_quail.plugins.app import app
 
         return [{"app": app, "url_prefix": "/quail", "name": "Quail"}]

@@ -4,6 +4,7 @@ the workers' status and the Quail tasks' XCom manifests, read through Airflow's 
 second database."""
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -13,10 +14,13 @@ from fastapi.responses import HTMLResponse
 
 from airflow_quail.plugins import views
 
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
 app = FastAPI(title="Quail", dependencies=[Depends(requires_access_view(AccessView.PLUGINS))])
 
 
-def is_manifest(value) -> bool:
+def is_manifest(value: object) -> bool:
     return isinstance(value, dict) and {"target", "rows_in", "rows_out", "stats"} <= value.keys()
 
 
@@ -35,7 +39,7 @@ def _workers() -> list[dict]:
     return out
 
 
-def _manifests(session, dag_id: str | None = None, run_id: str | None = None, limit: int = 2000) -> list:
+def _manifests(session: "Session", dag_id: str | None = None, run_id: str | None = None, limit: int = 2000) -> list:
     from airflow.models.xcom import XComModel
     from sqlalchemy import select
 
@@ -51,12 +55,12 @@ def _manifests(session, dag_id: str | None = None, run_id: str | None = None, li
     return out
 
 
-def run_tasks(session, dag_id: str, run_id: str) -> dict[str, dict]:
+def run_tasks(session: "Session", dag_id: str, run_id: str) -> dict[str, dict]:
     found = reversed(_manifests(session, dag_id, run_id))  # in the order the tasks finished
     return {task if index < 0 else f"{task}[{index}]": m for _, _, task, index, m in found}
 
 
-def recent_runs(session, limit: int = 20) -> list[dict]:
+def recent_runs(session: "Session", limit: int = 20) -> list[dict]:
     runs: dict[tuple[str, str], dict] = {}
     for dag_id, run_id, _, _, m in _manifests(session):
         r = runs.setdefault((dag_id, run_id), {"dag_id": dag_id, "run_id": run_id, "tasks": 0,

@@ -1,6 +1,8 @@
 """Polls a worker's job from the triggerer, so a deferred task holds no worker slot while it waits."""
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -27,12 +29,12 @@ class QuailJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.location = location
 
-    def serialize(self):
+    def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("airflow_quail.triggers.quail.QuailJobTrigger",
                 {"job_id": self.job_id, "quail_conn_id": self.quail_conn_id, "poll_interval": self.poll_interval,
                  "location": self.location})
 
-    async def run(self):
+    async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = QuailHook(self.quail_conn_id)
         client = await asyncio.to_thread(hook.client_at, self.location) if self.location else \
             await asyncio.to_thread(hook.get_conn)

@@ -142,7 +142,7 @@ class AnswerStore:
     def _readable_only(self) -> bool:
         return self.path.exists() and not _writable(self.path)
 
-    def _read_only(self, error) -> sqlite3.Connection | None:
+    def _read_only(self, error: sqlite3.OperationalError) -> sqlite3.Connection | None:
         log.warning("the answer store %s is read-only (%s): answers are looked up, not stored", self.path, error)
         self.writable = False
         try:
@@ -150,7 +150,7 @@ class AnswerStore:
         except sqlite3.Error:
             return None
 
-    def _set_aside(self, error) -> None:
+    def _set_aside(self, error: sqlite3.DatabaseError) -> None:
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d%H%M%S')}")
         log.warning("the answer store %s is damaged (%s): set aside as %s and started anew", self.path, error,
                     aside.name)
@@ -267,7 +267,7 @@ class AnswerStore:
             self._db = None
 
 
-def as_answer(value, width: int) -> list[float] | None:
+def as_answer(value: object, width: int) -> list[float] | None:
     """A stored value as `width` probabilities, or None if it is not one (damaged or planted)."""
     if not isinstance(value, bytes) or len(value) != 8 * width:
         return None

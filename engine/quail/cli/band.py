@@ -4,6 +4,7 @@ target (accuracy, precision or recall) holds with probability at least 1 - --del
 may be the truth or a larger model's answers; the band holds against those."""
 
 import argparse
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -12,6 +13,9 @@ from quail.pipeline.stream import TableSource
 from quail.pipeline.tables import text_column
 from quail.planner.guarantee import answer, choose
 from quail.specs import METRICS
+
+if TYPE_CHECKING:
+    from quail.session import Session
 
 TRUE, FALSE = {"yes", "true", "1"}, {"no", "false", "0"}
 
@@ -27,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, default=0.05, help="the chance the target is missed (default 0.05)")
 
 
-def check(args) -> None:
+def check(args: argparse.Namespace) -> None:
     """Everything that can be refused before the model loads."""
     if not args.predicate or not all(p.strip() for p in args.predicate):
         raise QuailError("--predicate: give at least one non-empty predicate")
@@ -51,7 +55,7 @@ def labels(table: pa.Table, column: str, source: str) -> list[bool]:
     return out
 
 
-def run(args, session) -> None:
+def run(args: argparse.Namespace, session: "Session") -> None:
     source = TableSource(args.sample)
     table = source.read_all()
     truth = labels(table, args.label_column, source.name)
@@ -60,8 +64,8 @@ def run(args, session) -> None:
         raise QuailError(f"{source.name}: the sample has no rows")
     # threshold 0: every predicate of every row, so that any band's chains can be replayed
     result, _ = session.filter(texts, args.predicate, 0.0, calibration=args.calibration)
-    band = choose(args.metric, args.target, args.delta, result.p_yes, truth)
-    answered = sum(answer(p, band.low, band.high) is not None for p in result.p_yes)
+    band = choose(args.metric, args.target, args.delta, result.p_yes, truth)  # type: ignore[arg-type]  # no None
+    answered = sum(answer(p, band.low, band.high) is not None for p in result.p_yes)  # type: ignore[arg-type]
     print(f"{session.loaded.name} answers {answered} of {len(texts)} sample rows ({answered / len(texts):.0%}); "
           f"the rest go to the cascade model. {band.describe()}\n"
           f"--cascade-band {band.low!r} {band.high!r}")

@@ -6,7 +6,10 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
 
 from quail.answer_stores import open_store, store_location
 from quail.cli import band
@@ -30,17 +33,20 @@ from quail.specs import CALIBRATIONS
 from quail.worker.locations import unix_location
 from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
 
+if TYPE_CHECKING:
+    from quail.session import Session
+
 
 class _Parser(argparse.ArgumentParser):
     """Errors read as Quail's own: `quail: error: --threads must be at least 1, got 0`."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         message = re.sub(r"^argument ([^:]+): ", r"\1 ", message)
         self.exit(2, f"quail: error: {message}\n")
 
 
-def at_least(low: int, high: int = 2**31 - 1):
+def at_least(low: int, high: int = 2**31 - 1) -> Callable[[str], int]:
     """An argparse type: a whole number within [low, high]."""
     def parse(text: str) -> int:
         try:
@@ -143,7 +149,7 @@ def _single_options() -> "_Parser":
     return p
 
 
-def _open_session(model: str, args, say=None):
+def _open_session(model: str, args: argparse.Namespace, say: Callable[[str], None] | None = None) -> "Session":
     from quail.session import Session
 
     return Session.open(model, args.dtype, args.arena_pages, args.max_batch_tokens, args.device,
@@ -202,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _single(args) -> Pipeline:
+def _single(args: argparse.Namespace) -> Pipeline:
     """A one-operator pipeline from a filter, classify or join command."""
     tables, spec = KINDS[args.command].from_args(args)
     if not args.explain and not args.output:
@@ -214,7 +220,7 @@ def _single(args) -> Pipeline:
     return pipeline
 
 
-def _models(args) -> None:
+def _models(args: argparse.Namespace) -> None:
     if args.action == "list":
         for name in EMBEDDED:
             mark = "installed" if installed(name) else "not installed"
@@ -256,16 +262,16 @@ def _describe_load(location: str, token: str | None) -> str:
         return f"{location}  does not answer: {e}"
 
 
-def _threads(args) -> int:
+def _threads(args: argparse.Namespace) -> int:
     return args.threads or os.cpu_count() or 1
 
 
-def _worker_token(args) -> str | None:
+def _worker_token(args: argparse.Namespace) -> str | None:
     """The token given: --token-file, else $QUAIL_WORKER_TOKEN."""
     return token_from_file(args.token_file) if args.token_file else os.environ.get("QUAIL_WORKER_TOKEN") or None
 
 
-def _worker(args) -> None:
+def _worker(args: argparse.Namespace) -> None:
     if args.action == "stop":
         from quail.worker.local import stop_local_workers
 
@@ -320,14 +326,14 @@ def _worker(args) -> None:
     if not given:
         write_token(location, token)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
-    print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",
+    print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",  # type: ignore[union-attr]
           file=sys.stderr, flush=True)
     server.serve()
     server.drain()
     release(alive, location)
 
 
-def run(argv=None) -> int:
+def run(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "models":
         _models(args)
@@ -397,7 +403,7 @@ def run(argv=None) -> int:
         return 0
     bars = []
 
-    def progress(rows, what):
+    def progress(rows: int | None, what: str) -> Progress:
         bars.append(Progress(rows, what))
         return bars[-1]
 
@@ -411,7 +417,7 @@ def run(argv=None) -> int:
     return 0
 
 
-def _kept(args, pipeline) -> dict[str, str]:
+def _kept(args: argparse.Namespace, pipeline: Pipeline) -> dict[str, str]:
     """The files a run reads and must never write: the pipeline file, the models' files, the answer store."""
     kept = {store_location(args.answer_store, args.answer_store_file): "the answer store"}
     if args.command == "pipeline":
@@ -423,11 +429,11 @@ def _kept(args, pipeline) -> dict[str, str]:
     return kept
 
 
-def _terminated(signum, frame) -> None:
+def _terminated(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # so that cleanup runs: temporary files go, no output is replaced
 
 
-def main(argv=None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _terminated)  # `quail worker serve` sets its own
     try:
         sys.exit(run(argv))

@@ -7,7 +7,7 @@ from tqdm import tqdm
 class Progress:
     """A stderr bar of rows done, with the engine's tokens/s."""
 
-    def __init__(self, rows: int, what: str):
+    def __init__(self, rows: int | None, what: str):
         self.bar = tqdm(total=rows, unit="row", desc=what, file=sys.stderr, dynamic_ncols=True, leave=True)
         self.tokens = 0
         self.start = time.perf_counter()

@@ -17,7 +17,7 @@ from quail.paths import home
 log = logging.getLogger(__name__)
 
 
-def _counts(value) -> bool:
+def _counts(value: object) -> bool:
     """{"rows": R, "passed": P}, whole numbers with 0 <= P <= R."""
     if not isinstance(value, dict) or set(value) != {"rows", "passed"}:
         return False

@@ -44,7 +44,7 @@ class Driver:
         """Runs fn between steps, on the driving thread; returns its value or raises its error."""
         box: list = []
 
-        def task():
+        def task() -> None:
             try:
                 box.append((fn(), None))
             except Exception as e:

@@ -14,6 +14,7 @@ import torch
 from quail.device import DeviceMemory, device_memory, device_name, synchronize
 from quail.errors import QuailError
 from quail.kv import KVArena
+from quail.model.llama import LlamaModel
 
 DEFAULT_CPU_ARENA_BYTES = 1 << 30
 
@@ -76,7 +77,7 @@ def size_arena(memory: DeviceMemory, *, gpu: bool, weights_bytes: int, reserve_b
                        arena_pages, rule)
 
 
-def measure_reserve(model, max_batch_tokens: int, page_size: int) -> int:
+def measure_reserve(model: LlamaModel, max_batch_tokens: int, page_size: int) -> int:
     """Peak bytes one forward pass of `max_batch_tokens` tokens allocates beyond its own KV, on a
     scratch arena (CUDA only: a CPU's allocator is not instrumented, and its arena is small)."""
     if model.device.type != "cuda":
@@ -101,7 +102,7 @@ def measure_reserve(model, max_batch_tokens: int, page_size: int) -> int:
     return reserve
 
 
-def plan_memory(model, max_batch_tokens: int, page_size: int, utilization: float,
+def plan_memory(model: LlamaModel, max_batch_tokens: int, page_size: int, utilization: float,
                 arena_pages: int | None) -> ArenaSizing:
     cfg = model.cfg
     page_bytes = KVArena.page_bytes(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype, page_size)

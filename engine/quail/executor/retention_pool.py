@@ -106,7 +106,7 @@ class RetentionPool:
 
     def _eviction_order(self, next_use: dict[str, int]) -> list[str]:
         """Lowest priority first; work waiting in this job will certainly read what it claims."""
-        def rank(key):
+        def rank(key: str) -> tuple[float, int]:
             e = self._entries[key]
             soon = next_use.get(key)
             return (e.priority(1.0 if soon is not None else None), -(soon if soon is not None else 1 << 62))

@@ -7,6 +7,7 @@ fit (cost/model.py). The result is cached under $QUAIL_HOME/cost, so only the fi
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 import torch
@@ -30,7 +31,7 @@ def _cache_key(model: LlamaModel, max_batch_tokens: int) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def _timed(fn, device: torch.device, repeat: int = 3) -> float:
+def _timed(fn: Callable[[], None], device: torch.device, repeat: int = 3) -> float:
     fn()  # warm-up
     best = float("inf")
     for _ in range(repeat):
@@ -57,7 +58,7 @@ def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
         if context:
             runner.run([Chunk(seq, tokens[:context], [])])
 
-        def one_pass(seq=seq, context=context, n=n):
+        def one_pass(seq: Seq = seq, context: int = context, n: int = n) -> None:
             runner.run([Chunk(seq, tokens[context : context + n], [n - 1])])
             cache.rewind(seq, context)
 
@@ -66,7 +67,7 @@ def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
     slots = torch.arange(PAGE_SIZE * 4, device=model.device)
     k = torch.zeros(len(slots), cfg.num_kv_heads, cfg.head_dim, dtype=model.dtype, device=model.device)
 
-    def write_pages():
+    def write_pages() -> None:
         for layer in range(cfg.num_layers):
             kv.write(layer, slots, k, k)
 

@@ -6,6 +6,7 @@ On CUDA, `paged_attention` runs the Triton kernel (triton_paged_attention.py) on
 `AttentionMeta`; elsewhere this torch reference.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,7 +111,9 @@ def paged_attention_reference(
 ATTENTION_CHOICES = ("auto", "triton", "torch")
 
 
-def select_attention(backend: str, device: torch.device):
+def select_attention(
+    backend: str, device: torch.device
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMeta, float], torch.Tensor]:
     """"auto": the Triton kernel on CUDA, the torch reference elsewhere. "triton" off CUDA runs in
     Triton's interpreter (TRITON_INTERPRET=1 before the kernel module is imported), for tests."""
     if backend not in ATTENTION_CHOICES:
@@ -124,5 +127,7 @@ def select_attention(backend: str, device: torch.device):
     return paged_attention_reference
 
 
-def paged_attention(q, k_cache, v_cache, meta: AttentionMeta, scale: float) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta, scale: float
+) -> torch.Tensor:
     return select_attention("auto", q.device)(q, k_cache, v_cache, meta, scale)

@@ -1,6 +1,8 @@
 """classify: label each row with one of the given labels, each scored on the one document+question
 state (multi-token labels by teacher forcing on top of it)."""
 
+import argparse
+from collections.abc import Sequence
 from typing import Annotated, ClassVar
 
 from pydantic import BeforeValidator
@@ -12,7 +14,7 @@ from quail.kinds.words import DEFAULT_QUESTION
 from quail.specs import OperatorSpec
 
 
-def _labels(value) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _labels(value: object) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """labels: a list of names, or a mapping of each name to its description (shown in the prompt)."""
     if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, tuple) for v in value):
         return value  # already (names, descriptions)
@@ -28,7 +30,8 @@ def _labels(value) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(value), ()
 
 
-def render(layout: Layout, question: str, labels, descriptions=()) -> tuple[list[int], list[list[int]]]:
+def render(layout: Layout, question: str, labels: Sequence[str],
+           descriptions: tuple[str, ...] = ()) -> tuple[list[int], list[list[int]]]:
     """The question's prompt after the document, and each label's tokens: the one rendering that
     prediction, the answer store's keys and the session share."""
     return layout.label_question(question, list(labels), descriptions), [layout.label(x) for x in labels]
@@ -55,22 +58,22 @@ class ClassifySettings(Settings):
     calibration: Calibration = "auto"
     cascade: CascadeSetting = None  # on the top label's probability
 
-    def spec(self, name, output):
+    def spec(self, name: str, output: str | None) -> OperatorSpec:
         labels, descriptions = self.labels
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.question or DEFAULT_QUESTION,),
                             labels, descriptions, top_k=self.top_k, calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
     @classmethod
-    def body(cls, spec):
+    def body(cls, spec: OperatorSpec) -> dict:
         question = spec.questions[0] if len(spec.questions) == 1 else list(spec.questions)
         return {"input": spec.inputs[0], "column": spec.columns[0], "labels": (spec.labels, spec.descriptions),
                 "question": question, "top_k": spec.top_k, "calibration": spec.calibration, "cascade": spec.cascade}
 
-    def questions(self):
+    def questions(self) -> tuple[str, ...]:
         return (self.question,) if self.question is not None else (DEFAULT_QUESTION,)
 
-    def check(self, flags):
+    def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
         labels, descriptions = self.labels
         for i, label in enumerate(labels, 1):
@@ -97,7 +100,7 @@ class Classify(OperatorKind):
     settings = ClassifySettings
     prompt_word = "question with its labels"
 
-    def add_arguments(self, p):
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("input")
         p.add_argument("--text-column", required=True)
         p.add_argument("--label", action="append", default=[], metavar="NAME[=DESCRIPTION]",
@@ -107,7 +110,7 @@ class Classify(OperatorKind):
         p.add_argument("--top-k", type=int, help="2 or more: also the K best labels (label_2, ...) and their "
                                                  "probabilities (p_label, p_label_2, ...)")
 
-    def from_args(self, args):
+    def from_args(self, args: argparse.Namespace) -> tuple[dict[str, str], OperatorSpec]:
         pairs = [label.partition("=") for label in args.label]
         for i, (name, eq, description) in enumerate(pairs, 1):
             if eq and not description.strip():  # NAME= is neither a name alone nor a described one
@@ -119,14 +122,15 @@ class Classify(OperatorKind):
                                           "classify", {"questions": "--question"})
         return {"input": args.input}, settings.spec("classify", args.output)
 
-    def tokens(self, layout, spec, docs, partners):
+    def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
+               partners: list[str]) -> OperatorTokens:
         q, labels = render(layout, spec.questions[0], spec.labels, spec.descriptions)
         return OperatorTokens(docs, [len(q)], [len(x) for x in labels])
 
-    def document_room(self, t, context):
+    def document_room(self, t: OperatorTokens, context: int) -> int:
         return context - t.questions[0] - max(t.labels)
 
-    def prompts(self, t, selectivity):
+    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
         q = t.questions[0]  # every label is scored on the one document+question state
         prompts = [(1.0, q)] if min(t.labels) == 1 else []
         return prompts + [(1.0, q + n_label - 1) for n_label in t.labels if n_label > 1], q

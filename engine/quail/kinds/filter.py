@@ -2,7 +2,8 @@
 of rows that passed the previous one)."""
 
 import argparse
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import ClassVar, cast
 
 from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import (
@@ -20,7 +21,7 @@ from quail.prefix_tree import stem
 from quail.specs import METRICS, OperatorSpec
 
 
-def render(layout: Layout, predicates) -> list[list[int]]:
+def render(layout: Layout, predicates: Sequence[str]) -> list[list[int]]:
     """Each predicate's prompt after the document: the one rendering that prediction, the answer
     store's keys and the session share."""
     return [layout.yes_no_question(p) for p in predicates]
@@ -44,21 +45,21 @@ class FilterSettings(Settings):
     calibration: Calibration = "auto"
     cascade: CascadeSetting = None
 
-    def spec(self, name, output):
+    def spec(self, name: str, output: str | None) -> OperatorSpec:
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), self.predicates, threshold=self.threshold,
                             limit=self.limit, keep_all=self.keep_all, calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
     @classmethod
-    def body(cls, spec):
+    def body(cls, spec: OperatorSpec) -> dict:
         return {"input": spec.inputs[0], "column": spec.columns[0], "predicates": spec.questions,
                 "threshold": spec.threshold, "limit": spec.limit, "keep_all": spec.keep_all,
                 "calibration": spec.calibration, "cascade": spec.cascade}
 
-    def questions(self):
+    def questions(self) -> tuple[str, ...]:
         return self.predicates
 
-    def check(self, flags):
+    def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
         if self.limit is not None and self.limit < 1:
             raise ValueError("limit must be a positive number of rows, on a filter")
@@ -70,7 +71,7 @@ class Filter(OperatorKind):
     narrows = True
     settings = FilterSettings
 
-    def add_arguments(self, p):
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("input")
         p.add_argument("--text-column", required=True)
         p.add_argument("--predicate", action="append", default=[], help="a yes/no question; repeat for several")
@@ -78,20 +79,22 @@ class Filter(OperatorKind):
         p.add_argument("--limit", type=int, help="the first N passing rows, in input order")
         p.add_argument("--threshold", type=float, default=0.5)
 
-    def from_args(self, args: argparse.Namespace):
+    def from_args(self, args: argparse.Namespace) -> tuple[dict[str, str], OperatorSpec]:
         settings = FilterSettings.parse({"input": "input", "column": args.text_column, "predicates": args.predicate,
                                          "threshold": args.threshold, "limit": args.limit, "keep_all": args.keep_all,
                                          "calibration": args.calibration, "cascade": cascade_from_args(args)},
                                         "filter", {"questions": "--predicate"})
         return {"input": args.input}, settings.spec("filter", args.output)
 
-    def asks_more_than_once(self, spec):
+    def asks_more_than_once(self, spec: OperatorSpec) -> bool:
         return len(spec.questions) > 1
 
-    def tokens(self, layout, spec, docs, partners):
+    def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
+               partners: list[str]) -> OperatorTokens:
         questions = render(layout, spec.questions)
         return OperatorTokens(docs, [len(q) for q in questions], stem=stem(questions))
 
-    def prompts(self, t, selectivity):
-        per = selectivity ** (1 / len(t.questions))
+    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
+        # a filter narrows: the planner always gives it a selectivity (an estimate, or 1.0)
+        per = cast(float, selectivity) ** (1 / len(t.questions))
         return [(per**j, q) for j, q in enumerate(t.questions)], t.stem

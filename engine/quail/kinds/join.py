@@ -2,6 +2,7 @@
 row's KV and rewinds past each right row); with top_k, each left row's K best right rows. Every
 pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 
+import argparse
 from typing import ClassVar, cast
 
 from quail.kinds.base import Layout, OperatorKind, OperatorTokens
@@ -43,23 +44,23 @@ class JoinSettings(Settings):
     calibration: Calibration = "auto"
     cascade: CascadeSetting = None  # on each pair's P(yes)
 
-    def spec(self, name, output):
+    def spec(self, name: str, output: str | None) -> OperatorSpec:
         return OperatorSpec(name, self.kind, (self.left, self.right), (self.left_column, self.right_column),
                             self.condition, threshold=self.threshold, top_k=self.top_k,
                             right_name=cast("str | None", self.right_name), calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
     @classmethod
-    def body(cls, spec):
+    def body(cls, spec: OperatorSpec) -> dict:
         return {"left": spec.inputs[0], "right": spec.inputs[1], "left_column": spec.columns[0],
                 "right_column": spec.columns[1], "condition": spec.questions, "right_name": spec.right_name,
                 "threshold": spec.threshold, "top_k": spec.top_k, "calibration": spec.calibration,
                 "cascade": spec.cascade}
 
-    def questions(self):
+    def questions(self) -> tuple[str, ...]:
         return self.condition
 
-    def check(self, flags):
+    def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {self.top_k}")
@@ -81,7 +82,7 @@ class Join(OperatorKind):
     anchor = "left_row"
     settings = JoinSettings
 
-    def add_arguments(self, p):
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("left")
         p.add_argument("right")
         p.add_argument("--left-column", required=True)
@@ -93,7 +94,7 @@ class Join(OperatorKind):
         p.add_argument("--top-k", type=int, help="each left row's K right rows of highest P(yes) (at least "
                                                  "--threshold), ranked")
 
-    def from_args(self, args):
+    def from_args(self, args: argparse.Namespace) -> tuple[dict[str, str], OperatorSpec]:
         settings = JoinSettings.parse({"left": "left", "right": "right", "left_column": args.left_column,
                                        "right_column": args.right_column, "right_name": args.right_name,
                                        "condition": args.condition, "threshold": args.threshold, "top_k": args.top_k,
@@ -101,16 +102,17 @@ class Join(OperatorKind):
                                       {"questions": "--condition"})
         return {"left": args.left, "right": args.right}, settings.spec("join", args.output)
 
-    def tokens(self, layout, spec, docs, partners):
+    def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
+               partners: list[str]) -> OperatorTokens:
         name = partner(spec)
         condition = render(layout, spec.questions[0], name)
         rendered = [p + condition for p in layout.partners(partners, name)]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
                               stem=stem(rendered))
 
-    def document_room(self, t, context):
+    def document_room(self, t: OperatorTokens, context: int) -> int:
         return pair_room(context, t.questions[0])
 
-    def prompts(self, t, selectivity):
+    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
         return [(1.0, n_partner + t.questions[0]) for n_partner in t.partners], t.stem
 

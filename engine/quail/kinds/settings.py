@@ -2,6 +2,7 @@
 build specs through it, so that a setting is typed, checked and named in one place. Its errors
 name the operator and the key: `operator 'f': 'threshold' must be a number, got 'abc'`."""
 
+import argparse
 import unicodedata
 from dataclasses import fields
 from typing import Annotated, Any, ClassVar, cast
@@ -38,45 +39,45 @@ def check_operator_name(name: str) -> None:
                          f"path component of printable characters")
 
 
-def _name(value, info: ValidationInfo) -> str:
+def _name(value: object, info: ValidationInfo) -> str:
     """A table, operator or column name: text (a number such as a year is taken as its text)."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise ValueError(f"{info.field_name!r} must be a name, got {value!r}")
     return str(value)
 
 
-def _texts(value, info: ValidationInfo) -> tuple[str, ...]:
+def _texts(value: object, info: ValidationInfo) -> tuple[str, ...]:
     values = [value] if isinstance(value, str) else value
     if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
         raise ValueError(f"{info.field_name!r} must be text or a list of texts")
     return tuple(values)
 
 
-def _number(value, info: ValidationInfo) -> float:
+def _number(value: object, info: ValidationInfo) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{info.field_name!r} must be a number, got {value!r}")
     return float(value)
 
 
-def _count(value, info: ValidationInfo) -> int | None:
+def _count(value: object, info: ValidationInfo) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise ValueError(f"{info.field_name!r} must be a whole number of rows, got {value!r}")
     return value
 
 
-def _flag(value, info: ValidationInfo) -> bool:
+def _flag(value: object, info: ValidationInfo) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{info.field_name!r} must be true or false, got {value!r}")
     return value
 
 
-def _text(value, info: ValidationInfo) -> str | None:
+def _text(value: object, info: ValidationInfo) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{info.field_name!r} must be text, got {value!r}")
     return value
 
 
-def check_calibration(value) -> str:
+def check_calibration(value: object) -> str:
     """The calibration setting, checked: what every front end's, the session's too, goes through."""
     if value not in CALIBRATIONS:
         raise ValueError(f"'calibration' must be one of {', '.join(CALIBRATIONS)}, got {value!r}")
@@ -89,7 +90,7 @@ def check_cascade_model(model: str, cascade_model: str, where: str) -> None:
         raise QuailError(f"{where}: the cascade's model is --model itself ({model!r}); name a larger one")
 
 
-def _cascade(value, info: ValidationInfo) -> Cascade | None:
+def _cascade(value: object, info: ValidationInfo) -> Cascade | None:
     """cascade: {model: NAME, band: [LOW, HIGH]}, or {model: NAME, target: {METRIC: T}, delta: D,
     sample: N} (delta 0.05 and sample 400 by default)."""
     if value is None or isinstance(value, Cascade):
@@ -120,7 +121,7 @@ def _cascade(value, info: ValidationInfo) -> Cascade | None:
     return Cascade(str(model), metric=str(metric), target=float(t), delta=float(delta), sample=sample)
 
 
-def cascade_from_args(args) -> dict | None:
+def cascade_from_args(args: argparse.Namespace) -> dict | None:
     """The cascade setting from the CLI's --cascade options (cli/main.py), as a pipeline file gives it."""
     if (args.cascade is None) != (args.cascade_band is None and args.cascade_target is None) \
             or (args.cascade_band is not None and args.cascade_target is not None):
@@ -139,7 +140,7 @@ def cascade_from_args(args) -> dict | None:
     return {"model": args.cascade, "target": target, "delta": args.cascade_delta, "sample": args.cascade_sample}
 
 
-def _is_number(x) -> bool:
+def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
@@ -234,7 +235,7 @@ class Settings(BaseModel):
             raise ValueError(f"cascade band [{c.low}, {c.high}] must be LOW <= HIGH within [0, 1]")
 
     @classmethod
-    def check_one(cls, key: str, value, where: str):
+    def check_one(cls, key: str, value: object, where: str) -> Any:
         """One setting alone, checked as the model checks it: what an operator can check when its DAG is
         parsed, before its templated settings are rendered."""
         field = cls.model_fields[key]

@@ -6,7 +6,8 @@ from quail.kv.page_arena import PAGE_SIZE
 
 
 class KVArena:
-    def __init__(self, num_layers, num_pages, kv_heads, head_dim, dtype, device="cpu", page_size=PAGE_SIZE):
+    def __init__(self, num_layers: int, num_pages: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: str | torch.device = "cpu", page_size: int = PAGE_SIZE) -> None:
         shape = (num_pages, page_size, kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -14,7 +15,8 @@ class KVArena:
         self.page_size = page_size
 
     @staticmethod
-    def page_bytes(num_layers, kv_heads, head_dim, dtype, page_size=PAGE_SIZE) -> int:
+    def page_bytes(num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                   page_size: int = PAGE_SIZE) -> int:
         itemsize = torch.empty((), dtype=dtype).element_size()
         return 2 * num_layers * page_size * kv_heads * head_dim * itemsize
 

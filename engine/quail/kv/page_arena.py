@@ -14,7 +14,7 @@ class ArenaFull(RuntimeError):
 
 
 class PageArena:
-    def __init__(self, num_pages: int, page_size: int = PAGE_SIZE):
+    def __init__(self, num_pages: int, page_size: int = PAGE_SIZE) -> None:
         if num_pages < 1:
             raise ValueError(f"an arena needs at least one page, got {num_pages}")
         self.num_pages = num_pages
@@ -69,7 +69,7 @@ class PageArena:
             self._free[self._top] = page
             self._top += 1
 
-    def check_live(self, pages) -> None:
+    def check_live(self, pages: np.ndarray | list[int]) -> None:
         pages = np.asarray(pages, dtype=np.int64)
         if pages.size and (self._refs[pages] <= 0).any():
             dead = pages[self._refs[pages] <= 0]

@@ -3,6 +3,8 @@ memory-mapped and each tensor is dequantized only when the model asks for it, so
 the file and one dequantized tensor, never the whole model twice."""
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ _GLOBAL_NAMES = {
 }
 
 
-def _field(reader: GGUFReader, key: str, default=None):
+def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
     f = reader.fields.get(key)
     return default if f is None else f.contents()
 
@@ -60,7 +62,7 @@ def read_config(reader: GGUFReader, vocab_size: int, tied: bool) -> ModelConfig:
     if arch not in ("llama", "qwen2"):
         raise ValueError(f"unsupported GGUF architecture {arch!r}: Quail runs llama and qwen2")
 
-    def key(name, default=None):
+    def key(name: str, default: Any = None) -> Any:
         return _field(reader, f"{arch}.{name}", default)
 
     heads = key("attention.head_count")
@@ -126,7 +128,7 @@ class GGUFWeights(Mapping):
         return len(self._tensors)
 
 
-def load_gguf(path) -> tuple[ModelConfig, GGUFWeights, Tokenizer]:
+def load_gguf(path: str | Path) -> tuple[ModelConfig, GGUFWeights, Tokenizer]:
     reader = GGUFReader(str(path))
     tokenizer = read_tokenizer(reader)
     names = {t.name for t in reader.tensors}

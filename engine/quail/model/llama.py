@@ -64,15 +64,15 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], dtype=torch.bfloat16, device="cpu",
-                 attention: str = "auto"):
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16,
+                 device: str | torch.device = "cpu", attention: str = "auto"):
         """attention: "auto" (Triton on CUDA, the torch reference elsewhere), "triton" or "torch"."""
         self.cfg = cfg
         self.dtype = dtype
         self.device = torch.device(device)
         self.attention = select_attention(attention, self.device)
 
-        def w(name):  # a copy: a tensor read from a memory-mapped file would change with the file
+        def w(name: str) -> torch.Tensor:  # a copy: a tensor read from a memory-mapped file would change with the file
             return weights[name].to(device=self.device, dtype=dtype, copy=True).contiguous()
 
         self.embed = w("model.embed_tokens.weight")

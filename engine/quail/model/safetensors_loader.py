@@ -33,7 +33,7 @@ class SafetensorsWeights(Mapping):
         return len(self._where)
 
 
-def load_hf_dir(path) -> tuple[ModelConfig, SafetensorsWeights, Tokenizer]:
+def load_hf_dir(path: str | Path) -> tuple[ModelConfig, SafetensorsWeights, Tokenizer]:
     path = Path(path)
     cfg = ModelConfig.from_hf(json.loads((path / "config.json").read_text()))
     files = sorted(path.glob("*.safetensors"))

@@ -2,10 +2,11 @@
 rewound document+question state, so labels sharing a first token are told apart correctly, and a
 label that begins another is scored as the answer that stops there (ops/answers.label_scores)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.executor.program import Extend, Program, program_pages
+from quail.executor.program import Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.kinds.base import OperatorTokens
@@ -22,17 +23,18 @@ class ClassifyResult:
     from_store: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
-def _teacher_forced(labels: list[list[int]], i: int) -> list[tuple[int, list[int]]]:
+def _teacher_forced(labels: list[list[int]], i: int) -> list[tuple[int, list[int] | None]]:
     """The reads that score label i's tokens after its first."""
     label = labels[i]
     return [(j, [label[j + 1]]) for j in range(len(label) - 1)]
 
 
-def _rewinding(engine: Engine, doc, question, labels, retain):
+def _rewinding(engine: Engine, doc: list[int], question: list[int], labels: list[list[int]],
+               retain: Retain | None) -> Callable[[Seq | None], ProgramGen]:
     firsts = [label[0] for label in labels]
     multi = [i for i in range(len(labels)) if len(labels[i]) > 1]
 
-    def program(seq: Seq | None):
+    def program(seq: Seq | None) -> ProgramGen:
         seq = seq or Seq()
         have = len(seq)
         tokens = doc[have:] + question
@@ -53,13 +55,14 @@ def _rewinding(engine: Engine, doc, question, labels, retain):
     return program
 
 
-def _scratch(engine: Engine, doc, question, labels, retain):
+def _scratch(engine: Engine, doc: list[int], question: list[int], labels: list[list[int]],
+             retain: Retain | None) -> Callable[[Seq | None], ProgramGen]:
     """Every label's prompt from the document's start, or from the reused prefix it was handed."""
     firsts = [label[0] for label in labels]
     multi = [i for i in range(len(labels)) if len(labels[i]) > 1]
 
     def program(base: Seq | None):
-        def start():
+        def start() -> tuple[Seq, list[int]]:
             seq = engine.cache.fork(base, copy_credits=True) if base else Seq()
             return seq, doc[len(seq):] + question
 
@@ -101,7 +104,7 @@ def run_classify(
     labels: list[list[int]],
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
-    progress=None,
+    progress: Callable[[int, int], None] | None = None,
     known: list[list[float] | None] | None = None,
 ) -> tuple[ClassifyResult, Stats]:
     """known: per document, its labels' probabilities from the answer store, or None: a document

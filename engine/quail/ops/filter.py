@@ -5,10 +5,11 @@ keep the document's KV, drop the question's, ask the next question on the same s
 the document's KV when it fails or nothing later needs it.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.executor.program import Extend, Program, program_pages
+from quail.executor.program import Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.kinds.filter import stored_prompts
@@ -28,11 +29,12 @@ class FilterResult:
     from_store: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
-def _chain(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
+def _chain(engine: Engine, doc: list[int], questions: list[list[int]], yes_no: YesNoTokens, threshold: float,
+           retain: Retain | None, bias: list[float] | None) -> Callable[[Seq | None], ProgramGen]:
     ids, n_yes = yes_no.ids, len(yes_no.yes)
     state = len(doc) + stem(questions)  # the questions' common opening stays with the document
 
-    def program(seq: Seq | None):
+    def program(seq: Seq | None) -> ProgramGen:
         seq = seq or Seq()
         probs = []
         for i, q in enumerate(questions):
@@ -51,11 +53,12 @@ def _chain(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
     return program
 
 
-def _scratch(engine: Engine, doc, questions, yes_no, threshold, retain, bias):
+def _scratch(engine: Engine, doc: list[int], questions: list[list[int]], yes_no: YesNoTokens, threshold: float,
+             retain: Retain | None, bias: list[float] | None) -> Callable[[Seq | None], ProgramGen]:
     """Every prompt from the document's start, or from the reused prefix it was handed."""
     ids, n_yes = yes_no.ids, len(yes_no.yes)
 
-    def program(base: Seq | None):
+    def program(base: Seq | None) -> ProgramGen:
         probs = []
         for i, q in enumerate(questions):
             seq = engine.cache.fork(base, copy_credits=True) if base else Seq()
@@ -82,7 +85,7 @@ def run_filter(
     limit: int | None = None,
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
-    progress=None,
+    progress: Callable[[int, int], None] | None = None,
     bias: list[float] | None = None,
     known: list[list[float | None]] | None = None,
 ) -> tuple[FilterResult, Stats]:

@@ -11,7 +11,8 @@ T = TypeVar("T")
 
 
 def with_stored(n: int, stored: Mapping[int, T], compute: Callable[[list[int]], tuple[list[T], Stats]],
-                prompts: Callable[[int], Iterable[tuple[int, str | None]]], progress=None) -> tuple[list[T], Stats]:
+                prompts: Callable[[int], Iterable[tuple[int, str | None]]],
+                progress: Callable[[int, int], None] | None = None) -> tuple[list[T], Stats]:
     """Any kind's run over `n` rows of which the store answers `stored`: `compute` runs the kind's
     programs over the others (their indices, in order); the answers come back in row order, and
     each stored answer's `prompts` (tokens, step) are credited as reused."""

@@ -1,12 +1,13 @@
 """LLM join: left x right pairs under a natural-language condition. The anchor's (left row's) KV is
 computed once; each partner plus the condition is added on a fork of it, scored, and dropped."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import cast
 
 from quail.executor.engine import Engine
-from quail.executor.program import Extend, Program, program_pages
+from quail.executor.program import Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.from_store import with_stored
@@ -22,11 +23,12 @@ class JoinResult:
     from_store: set[int] = field(default_factory=set)  # left rows answered from the answer store
 
 
-def _anchored(engine: Engine, anchor, partners, n_partner_doc, yes_no, fanout, retain):
+def _anchored(engine: Engine, anchor: list[int], partners: list[list[int]], n_partner_doc: list[int],
+              yes_no: YesNoTokens, fanout: int, retain: Retain | None) -> Callable[[Seq | None], ProgramGen]:
     ids, n_yes = yes_no.ids, len(yes_no.yes)
     common = stem(partners)  # the partners' common opening is computed once, with the anchor
 
-    def program(seq: Seq | None):
+    def program(seq: Seq | None) -> ProgramGen:
         seq = seq or Seq()
         head = anchor + partners[0][:common]
         if len(seq) < len(head):
@@ -51,11 +53,12 @@ def _anchored(engine: Engine, anchor, partners, n_partner_doc, yes_no, fanout, r
     return program
 
 
-def _scratch(engine: Engine, anchor, partners, n_partner_doc, yes_no, fanout, retain):
+def _scratch(engine: Engine, anchor: list[int], partners: list[list[int]], n_partner_doc: list[int],
+             yes_no: YesNoTokens, fanout: int, retain: Retain | None) -> Callable[[Seq | None], ProgramGen]:
     """Every pair from the anchor's start, or from the reused prefix it was handed."""
     ids, n_yes = yes_no.ids, len(yes_no.yes)
 
-    def program(base: Seq | None):
+    def program(base: Seq | None) -> ProgramGen:
         have = len(base) if base else 0
         probs = []
         for lo in range(0, len(partners), fanout):
@@ -85,7 +88,7 @@ def run_join(
     yes_no: YesNoTokens,
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
-    progress=None,
+    progress: Callable[[int, int], None] | None = None,
     known: list[list[float | None]] | None = None,
 ) -> tuple[JoinResult, Stats]:
     """known: per left row, each pair's P(yes) that the answer store holds, or None: a left row with

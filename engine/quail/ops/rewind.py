@@ -13,7 +13,8 @@ def calibrated(raw: list[float], bias: list[float] | None) -> list[float]:
     return raw if bias is None else [yes_given(p, b) for p, b in zip(raw, bias)]
 
 
-def decided(raw: list[float | None], questions, threshold: float, bias) -> list[float] | None:
+def decided(raw: list[float | None], questions: list[list[int]], threshold: float,
+            bias: list[float] | None) -> list[float] | None:
     """The raw P(yes) that decide a row under this threshold (chain mode stops at the first that
     fails), if the stored ones reach that far; else None."""
     known: list[float] = []

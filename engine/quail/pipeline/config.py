@@ -19,6 +19,7 @@
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
@@ -26,7 +27,7 @@ from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.model.registry import DEFAULT_MODEL
 from quail.pipeline.windows import check_count
-from quail.specs import OperatorSpec
+from quail.specs import Cascade, OperatorSpec
 
 
 @dataclass
@@ -47,12 +48,12 @@ class _NoAliases(yaml.SafeLoader):
     """A pipeline file has no use for YAML aliases, and nested ones expand without bound (a
     "billion laughs" file): they are refused where they appear."""
 
-    def fetch_alias(self):
+    def fetch_alias(self) -> NoReturn:
         raise yaml.scanner.ScannerError(None, None, "aliases (*name) are not allowed in a pipeline file",
                                         self.get_mark())
 
 
-def _path(value, where: str) -> str:
+def _path(value: object, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise QuailError(f"{where} must be a file path, got {value!r}")
     return value
@@ -116,7 +117,7 @@ def check_reviews(pipeline: Pipeline) -> None:
         check_review(pipeline.reviews.get(spec.name), spec.cascade, f"operator {spec.name!r}")
 
 
-def check_review(review_output, cascade, where: str) -> None:
+def check_review(review_output: str | None, cascade: Cascade | None, where: str) -> None:
     """A review output takes the rows inside a cascade's band: an operator without one has none."""
     if review_output is not None and cascade is None:
         raise QuailError(f"{where}: review_output takes the rows inside a cascade's band; give the operator a "

@@ -2,8 +2,10 @@
 table: Parquet by row groups, CSV by blocks, and an output written to a temporary Parquet file in
 the target's folder that replaces the target only when every window is in."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -16,12 +18,14 @@ from quail.pipeline.tables import unique_columns
 DEFAULT_WINDOW_ROWS = 8192
 CSV_BLOCK_BYTES = 64 << 20  # a CSV row (a document) must fit one block; types are inferred from the first
 
+T = TypeVar("T")
+
 
 class TableSource:
     """A Parquet or CSV file (a path, or an open binary file), read in windows; `name` is what errors
     call it, and its suffix says which format."""
 
-    def __init__(self, source, name: str | None = None):
+    def __init__(self, source: str | Path | pa.NativeFile, name: str | None = None):
         self.source = str(source) if isinstance(source, Path) else source
         self.name = name or str(source)
         self.csv = self.name.lower().endswith(".csv")
@@ -43,7 +47,7 @@ class TableSource:
         unique_columns(schema.names, f"input {self.name}")
         return schema
 
-    def _open_csv(self):
+    def _open_csv(self) -> pacsv.CSVStreamingReader:
         return pacsv.open_csv(self.source, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES))
 
     def num_rows(self) -> int | None:
@@ -54,7 +58,7 @@ class TableSource:
         schema = self._readable(lambda: self._open_csv().schema if self.csv else pq.read_schema(self.source))
         return self._checked(schema)
 
-    def _readable(self, read):
+    def _readable(self, read: Callable[[], T]) -> T:
         try:
             return read()
         except (pa.ArrowInvalid, OSError) as e:
@@ -123,7 +127,8 @@ class OutputSink:
     def schema(self) -> pa.Schema | None:
         return self._writer.schema if self._writer is not None else None
 
-    def __exit__(self, kind, error, tb):
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> bool | None:
         try:
             with writing(self.path):
                 if self._writer is not None:

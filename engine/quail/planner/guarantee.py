@@ -22,6 +22,7 @@ The guarantee is for the rows the sample was drawn from (the run's first window)
 table as far as that window is like the rest of it."""
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 
 from quail.specs import METRICS
@@ -84,7 +85,8 @@ def _fewest(allowed_error: float, delta: float) -> int:
     return 1 if allowed_error >= 1 else math.ceil(math.log(delta) / math.log1p(-allowed_error))
 
 
-def _sequence(candidates, counts, allowed_error: float, delta: float) -> tuple[float | None, float | None, int]:
+def _sequence(candidates: Iterable[float], counts: Callable[[float], tuple[int, int]], allowed_error: float,
+              delta: float) -> tuple[float | None, float | None, int]:
     """Fixed-sequence testing over `candidates` in order: counts(c) gives (errors, n) at candidate c.
     Returns the last candidate that passed (None if none), its bound, and how many were tested."""
     chosen, bound, tested, fewest = None, None, 0, _fewest(allowed_error, delta)
@@ -150,7 +152,7 @@ def choose_labels(target: float, delta: float, confidence: list[float], right: l
     high]. `right`: the small model's label is the larger model's on that sample row."""
     grid = [round(1 - i / 100, 2) for i in range(1, 100)]  # 0.99 ... 0.01: a top probability may be low
 
-    def counts(tau):  # the rows it answers wrong, among all: the larger model's are right
+    def counts(tau: float) -> tuple[int, int]:  # the rows it answers wrong, among all: the larger model's are right
         return sum(not r for c, r in zip(confidence, right) if c > tau), len(right)
 
     tau, bound, tested = _sequence(grid, counts, 1 - target, delta)

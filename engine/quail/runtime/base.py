@@ -3,6 +3,7 @@ shape them into output rows. Answers are keyed by input row number (`row`, or a 
 `left_row`/`right_row`), which is what the worker sends back; shaping needs the input tables and
 happens where they are."""
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,8 @@ class KindRuntime:
     kind: OperatorKind  # the traits it runs
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
-                retain: "Retain | None", truncate: bool, progress) -> tuple[pa.Table, "Stats"]:
+                retain: "Retain | None", truncate: bool,
+                progress: Callable[[int, int], None] | None) -> tuple[pa.Table, "Stats"]:
         """The answers, one row per answered input row (keyed by `row`, or `left_row`/`right_row`)."""
         raise NotImplementedError
 

@@ -7,6 +7,7 @@ classify's cascade is the same on its top label's probability, a join's on each 
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
 from quail.executor.stats import Stats
@@ -15,15 +16,16 @@ from quail.ops.classify import ClassifyResult
 from quail.ops.filter import FilterResult
 from quail.ops.join import JoinResult
 from quail.planner.band import decides
-from quail.planner.guarantee import choose, choose_labels
-from quail.reuse import Retain
+from quail.planner.guarantee import Guarantee, choose, choose_labels
+from quail.reuse import Retain, Reuse
 from quail.session import Session
 from quail.specs import Cascade
 
 
 def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predicates: list[str], threshold: float,
-                   reuse=True, retain: Retain | None = None, truncate=False, progress=None,
-                   rows: list[int] | None = None, calibration="auto") -> tuple[FilterResult, list[bool], Stats]:
+                   reuse: bool | Reuse = True, retain: Retain | None = None, truncate: bool = False,
+                   progress: Callable[[int, int], None] | None = None, rows: list[int] | None = None,
+                   calibration: str = "auto") -> tuple[FilterResult, list[bool], Stats]:
     """The answers, whether the large model gave each one, and the two models' accounting merged.
     The small model runs at threshold `low`, so that chain mode stops only at a sure no and a sure
     row passed exactly when all its P(yes) are above `high`; `threshold` is the large model's. Each
@@ -53,7 +55,8 @@ def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predica
 
 
 def choose_band(session: Session, cascade: Cascade, texts: list[str], predicates: list[str], threshold: float,
-                reuse, truncate, progress, rows: list[int], calibration) -> tuple[Cascade, Stats]:
+                reuse: bool | Reuse, truncate: bool, progress: Callable[[int, int], None] | None, rows: list[int],
+                calibration: str) -> tuple[Cascade, Stats]:
     """The cascade with its band chosen on these rows for its target, and what choosing computed
     (its `guarantee` says how the band was chosen). The sample is drawn with a seed from the rows'
     texts, so that a run and its retry choose the same band."""
@@ -72,8 +75,10 @@ def choose_band(session: Session, cascade: Cascade, texts: list[str], predicates
 
 
 def cascade_classify(session: Session, cascade: Cascade, texts: list[str], labels: list[str], question: str,
-                     descriptions=(), reuse=True, retain: Retain | None = None, truncate=False, progress=None,
-                     rows: list[int] | None = None, calibration="auto") -> tuple[ClassifyResult, list[bool], Stats]:
+                     descriptions: tuple[str, ...] = (), reuse: bool | Reuse = True, retain: Retain | None = None,
+                     truncate: bool = False, progress: Callable[[int, int], None] | None = None,
+                     rows: list[int] | None = None,
+                     calibration: str = "auto") -> tuple[ClassifyResult, list[bool], Stats]:
     """A classify cascade: the session's model labels every row; the rows whose top label's
     probability lies inside the band (for a target: [0, high], chosen on these rows) are labelled
     again by the larger model, whose labels and probabilities replace its own."""
@@ -103,8 +108,9 @@ def cascade_classify(session: Session, cascade: Cascade, texts: list[str], label
 
 
 def cascade_join(session: Session, cascade: Cascade, left: list[str], right: list[str], condition: str,
-                 threshold: float, reuse=True, retain: Retain | None = None, truncate=False, progress=None,
-                 left_rows: list[int] | None = None, right_rows: list[int] | None = None, calibration="auto",
+                 threshold: float, reuse: bool | Reuse = True, retain: Retain | None = None, truncate: bool = False,
+                 progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
+                 right_rows: list[int] | None = None, calibration: str = "auto",
                  partner: str = SECOND) -> tuple[JoinResult, set[tuple[int, int]], Stats]:
     """A join cascade, per pair: the session's model answers every pair; the pairs whose P(yes) lies
     inside the band are answered again by the larger model (each left row with its unsure right
@@ -151,7 +157,7 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
     return result, set(unsure), stats
 
 
-def _tokens_only(progress):
+def _tokens_only(progress: Callable[[int, int], None] | None) -> Callable[[int, int], None] | None:
     """The progress of a second pass over rows already counted: its tokens only."""
     return (lambda _, tokens: progress(0, tokens)) if progress else None
 
@@ -164,7 +170,7 @@ def _sample(texts: list[str], n: int, population: int | None = None) -> list[int
     return sorted(random.Random(seed).sample(range(population), min(n, population)))
 
 
-def _guaranteed(stats: Stats, g) -> Stats:
+def _guaranteed(stats: Stats, g: Guarantee) -> Stats:
     """The choosing's accounting, carrying how the band was chosen (Stats.guarantee) and what
     choosing it computed (predict_escalated adds that to the prediction)."""
     stats.guarantee = g.to_dict() | {"accounting": {"tokens_naive": stats.tokens_naive,

@@ -1,16 +1,28 @@
 """A classify at run time: each label's probability per row, and the best label."""
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
 import pyarrow as pa
 
 from quail.kinds.classify import Classify, render, top_columns
-from quail.runtime.base import KindRuntime
+from quail.runtime.base import Inputs, KindRuntime
 from quail.runtime.outputs import scatter
+from quail.specs import OperatorSpec
+
+if TYPE_CHECKING:
+    from quail.answer_stores import Store
+    from quail.executor.stats import Stats
+    from quail.reuse import Retain, Reuse
+    from quail.session import Session
 
 
 class ClassifyRuntime(KindRuntime):
     kind = Classify()
 
-    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+    def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
+                retain: "Retain | None", truncate: bool,
+                progress: Callable[[int, int], None] | None) -> tuple[pa.Table, "Stats"]:
         [(texts, rows)] = inputs
         labels = list(spec.labels)
         if spec.cascade is None:
@@ -29,7 +41,7 @@ class ClassifyRuntime(KindRuntime):
             columns["cascaded"] = pa.array(escalated, pa.bool_())  # the larger model labelled the row
         return pa.table(columns), stats
 
-    def shape(self, spec, answers, tables, source):
+    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         [table] = tables
         names = ["label"] + [f"p_{label}" for label in spec.labels] + (["cascaded"] if spec.cascade else [])
         if spec.top_k is not None and spec.top_k > 1:
@@ -37,21 +49,22 @@ class ClassifyRuntime(KindRuntime):
             names += top_columns(spec.top_k)
         return scatter(answers, table.num_rows, names, source, table)
 
-    def store_hits(self, session, spec, docs, partners, probes):
+    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+                   probes: bool) -> dict[int, int]:
         q, labels = render(session.layout, spec.questions[0], spec.labels, spec.descriptions)
         keys = session.classify_keys(q, labels, docs, spec.calibration)
-        found = session.store.get(keys, len(labels), touch=False)
+        found = cast("Store", session.store).get(keys, len(labels), touch=False)
         prompts = self.store_hits_all(session, spec, docs, partners)
         return {i: prompts[i] for i, k in enumerate(keys) if k in found}
 
 
 
-def _with_top(answers: pa.Table, spec) -> pa.Table:
+def _with_top(answers: pa.Table, spec: OperatorSpec) -> pa.Table:
     """The answers with their K best labels (ties in label order) and those labels' probabilities."""
     probs = list(zip(*(answers.column(f"p_{label}").to_pylist() for label in spec.labels)))
     order = [sorted(range(len(spec.labels)), key=lambda i: -p[i])[: spec.top_k] for p in probs]
     answers = answers.append_column("p_label", pa.array([p[o[0]] for p, o in zip(probs, order)], pa.float64()))
-    for i in range(1, spec.top_k):
+    for i in range(1, cast(int, spec.top_k)):
         answers = answers.append_column(f"label_{i + 1}", pa.array([spec.labels[o[i]] for o in order], pa.string()))
         answers = answers.append_column(f"p_label_{i + 1}", pa.array([p[o[i]] for p, o in zip(probs, order)],
                                                                      pa.float64()))

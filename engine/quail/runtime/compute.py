@@ -1,12 +1,14 @@
 """One operator's answers, keyed by input row number: what the worker sends back. Shaping them into
 the output table (outputs.py) needs the input tables and happens where they are."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
+from quail.kinds.base import OperatorTokens
 from quail.planner.plan import OperatorPlan, Plan
 from quail.planner.predict import Prediction, predict_calibration, predict_fresh, predict_operator
 from quail.reuse import Retain, Reuse
@@ -25,8 +27,8 @@ def retain_for(op: OperatorPlan, scope: str = "") -> Retain:
 
 
 def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
-            inputs: list[tuple[list[str], list[int]]], truncate: bool = False, progress=None,
-            scope: str = "") -> tuple[pa.Table, Stats]:
+            inputs: list[tuple[list[str], list[int]]], truncate: bool = False,
+            progress: Callable[[int, int], None] | None = None, scope: str = "") -> tuple[pa.Table, Stats]:
     """inputs: per input, its texts and their row numbers. Returns the answers and the accounting."""
     kind_of(spec.kind).check_room(session.layout, spec, session.context, f"operator {spec.name!r}")
     reuse = Reuse(op.rewind and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
@@ -45,8 +47,8 @@ class WindowAnswers:
 
 
 def compute_window(session: Session, plan: Plan, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
-                   inputs: list[tuple[list[str], list[int]]], truncate: bool = False, progress=None,
-                   scope: str = "") -> WindowAnswers:
+                   inputs: list[tuple[list[str], list[int]]], truncate: bool = False,
+                   progress: Callable[[int, int], None] | None = None, scope: str = "") -> WindowAnswers:
     """One window of an operator, as the CLI's runner and the worker both compute it."""
     answers, stats = compute(session, spec, op, reuse, inputs, truncate, progress, scope)
     escalated = predict_escalated(session, plan, spec, answers, inputs, truncate, stats)
@@ -73,7 +75,8 @@ def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], use_store
     return cuts + [(lo, len(docs))]
 
 
-def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partners: list[str], truncate: bool):
+def _tokens(session: Session, spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+            truncate: bool) -> OperatorTokens:
     kind = kind_of(spec.kind)
     t = kind.tokens(session.layout, spec, docs, partners)
     if truncate:

@@ -1,20 +1,32 @@
 """A filter at run time: every predicate's P(yes) per row, and the rows that passed (or all of them,
 with `passed` and `p_yes_k`, under keep_all)."""
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.kinds.filter import Filter, render, stored_prompts
 from quail.ops.calibration import column_means
 from quail.ops.rewind import decided
-from quail.runtime.base import KindRuntime
+from quail.runtime.base import Inputs, KindRuntime
 from quail.runtime.outputs import scatter
+from quail.specs import OperatorSpec
+
+if TYPE_CHECKING:
+    from quail.answer_stores import Store
+    from quail.executor.stats import Stats
+    from quail.reuse import Retain, Reuse
+    from quail.session import Session
 
 
 class FilterRuntime(KindRuntime):
     kind = Filter()
 
-    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+    def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
+                retain: "Retain | None", truncate: bool,
+                progress: Callable[[int, int], None] | None) -> tuple[pa.Table, "Stats"]:
         [(texts, rows)] = inputs
         if spec.cascade is None:
             r, stats = session.filter(texts, list(spec.questions), spec.threshold, spec.limit, reuse, retain,
@@ -37,23 +49,25 @@ class FilterRuntime(KindRuntime):
                 columns[f"p_yes_raw_{k + 1}"] = pa.array([p[k] for p in r.raw_p_yes], pa.float64())
         return pa.table(columns), stats
 
-    def store_hits(self, session, spec, docs, partners, probes):
+    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+                   probes: bool) -> dict[int, int]:
         if spec.limit is not None:  # a row limit computes every row in order
             return {}
         questions = render(session.layout, spec.questions)
         threshold = 0.0 if probes else spec.threshold
         bias: list[float] | None = None
         if not probes and session.calibrating(spec.calibration):  # the bias, from the stored probes
-            asked = session.known(session.store, session.filter_keys(questions, session.content_free(),
-                                                                       spec.calibration), False)
+            asked = session.known(cast("Store", session.store), session.filter_keys(questions, session.content_free(),
+                                                                                    spec.calibration), False)
             if any(p is None for row in asked for p in row):
                 return {}
             bias = column_means(asked)
-        known = session.known(session.store, session.filter_keys(questions, docs, spec.calibration), False)
+        known = session.known(cast("Store", session.store), session.filter_keys(questions, docs, spec.calibration),
+                              False)
         return {i: sum(t for t, _ in stored_prompts(doc, questions, len(raw))) for i, (doc, row) in
                 enumerate(zip(docs, known)) if (raw := decided(row, questions, threshold, bias)) is not None}
 
-    def shape(self, spec, answers, tables, source):
+    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         [table] = tables
         passed = pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
         if not spec.keep_all:
@@ -64,15 +78,15 @@ class FilterRuntime(KindRuntime):
             out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one
         return out
 
-    def output_rows(self, spec, answers):
+    def output_rows(self, spec: OperatorSpec, answers: pa.Table) -> list[int]:
         if spec.keep_all:
             return answers.column("row").to_pylist()
         return pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
 
-    def counted_rows(self, answers):
+    def counted_rows(self, answers: pa.Table) -> int:
         return int(pc.sum(answers.column("passed")).as_py() or 0)
 
-    def observed(self, spec, answers):
+    def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
         if spec.limit is not None:  # a limit stops early: what it saw is no sample of the table
             return None
         return answers.num_rows, self.counted_rows(answers)

@@ -1,17 +1,29 @@
 """A join at run time: each pair's P(yes), the pairs at or above the threshold (each left row's
 best `top_k` of them, if given), ranked within their left row."""
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.kinds.join import Join, partner, render
-from quail.runtime.base import KindRuntime
+from quail.runtime.base import Inputs, KindRuntime
+from quail.specs import OperatorSpec
+
+if TYPE_CHECKING:
+    from quail.answer_stores import Store
+    from quail.executor.stats import Stats
+    from quail.reuse import Retain, Reuse
+    from quail.session import Session
 
 
 class JoinRuntime(KindRuntime):
     kind = Join()
 
-    def compute(self, session, spec, inputs, reuse, retain, truncate, progress):
+    def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
+                retain: "Retain | None", truncate: bool,
+                progress: Callable[[int, int], None] | None) -> tuple[pa.Table, "Stats"]:
         (ltexts, lrows), (rtexts, rrows) = inputs
         if spec.cascade is None:
             r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows,
@@ -35,18 +47,20 @@ class JoinRuntime(KindRuntime):
                          "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
                          "rank": pa.array([k for _, _, _, k in pairs], pa.int32())} | columns), stats
 
-    def store_hits(self, session, spec, docs, partners, probes):
+    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+                   probes: bool) -> dict[int, int]:
         if not partners:
             return {}
         name = partner(spec)
         cond = render(session.layout, spec.questions[0], name)
         room = session.pair_room(cond)
         rights = [r[:room] for r in session.layout.partners(partners, name)]  # cut as the run cuts them
-        known = session.known(session.store, session.join_keys(cond, docs, rights, spec.calibration), False)
+        known = session.known(cast("Store", session.store), session.join_keys(cond, docs, rights, spec.calibration),
+                              False)
         prompts = self.store_hits_all(session, spec, docs, partners)
         return {i: prompts[i] for i, row in enumerate(known) if None not in row}
 
-    def shape(self, spec, answers, tables, source):
+    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         left, right = tables
         if "cascaded" in answers.column_names and not spec.keep_all:  # the output: the pairs that matched
             answers = answers.filter(pc.is_valid(answers.column("rank")))

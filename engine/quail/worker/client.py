@@ -3,7 +3,7 @@
 import json
 import time
 from collections.abc import Callable
-from typing import overload
+from typing import Any, TypeVar, overload
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -19,6 +19,8 @@ from quail.worker.protocol import MODEL_CHANGED, UNKNOWN_JOB, documents_table, s
 
 DEFAULT_TIMEOUT = 30.0
 SUBMIT_BATCH_ROWS = 512
+
+T = TypeVar("T")
 
 
 class WorkerLost(QuailError):
@@ -38,7 +40,7 @@ class WorkerClient:
         self.options = flight.FlightCallOptions(headers=headers, timeout=timeout)
         self.client = flight.FlightClient(location)
 
-    def _call(self, fn):
+    def _call(self, fn: Callable[[flight.FlightCallOptions], T]) -> T:
         """Runs fn(options), turning Flight's errors into ones that say what to do."""
         try:
             return fn(self.options)
@@ -54,7 +56,7 @@ class WorkerClient:
             error = WorkerLost if e.extra_info in (UNKNOWN_JOB, MODEL_CHANGED) else QuailError
             raise error(f"the Quail worker: {str(e).splitlines()[0].split('. Detail: ')[0]}") from None
 
-    def _action(self, name: str, body: str = ""):
+    def _action(self, name: str, body: str = "") -> Any:
         action = flight.Action(name, body.encode())
         [result] = self._call(lambda options: list(self.client.do_action(action, options=options)))
         return json.loads(result.body.to_pybytes())
@@ -71,7 +73,7 @@ class WorkerClient:
         command = submit_command(Submission(identity, spec, op, reuse, window, plan, replaces, predict_only))
         descriptor = flight.FlightDescriptor.for_command(command)
 
-        def put(options):
+        def put(options: flight.FlightCallOptions) -> dict:
             writer, reader = self.client.do_put(descriptor, table.schema, options=options)
             with writer:
                 writer.write_table(table, max_chunksize=SUBMIT_BATCH_ROWS)

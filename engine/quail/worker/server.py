@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -56,7 +57,7 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
     def __init__(self, token: str):
         self.expected = f"Bearer {token}".encode()
 
-    def start_call(self, info, headers):
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> None:
         sent = headers.get("authorization", [])
         if len(sent) != 1 or not hmac.compare_digest(sent[0].encode(), self.expected):
             raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
@@ -160,7 +161,8 @@ class Worker(flight.FlightServerBase):
         return not self.stale
 
     # Flight calls
-    def do_put(self, context, descriptor, reader, writer):
+    def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
+               reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
         self.last_call = time.time()
         if not self._current():
             raise flight.FlightServerError("the model's files changed since this worker loaded them; it is stopping",
@@ -189,20 +191,20 @@ class Worker(flight.FlightServerBase):
                 self.runners.submit(self._run, job)
         writer.write(pa.py_buffer(json.dumps({"job": job.id, "attached": attached}).encode()))
 
-    def do_get(self, context, ticket):
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
         self.last_call = time.time()
         job = self._job(ticket.ticket.decode("utf-8", "replace"))
         if job.state != JobState.DONE:
             raise flight.FlightServerError(f"job {job.id} is {job.state}{': ' + job.error if job.error else ''}")
         return flight.RecordBatchStream(job.results)
 
-    def list_actions(self, context):
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [("info", "the model, its device and dtype, the arena's pages (total, free, retained), and the "
                          "cascades' larger models it has loaded"),
                 ("status", "one job's status (body: its id) or a listing of all jobs without their ids"),
                 ("cancel", "cancel a job: a queued one at once, a running one after its rows in flight")]
 
-    def do_action(self, context, action):
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[flight.Result]:
         self.last_call = time.time()
         if action.body.size > MAX_ACTION_BYTES:
             raise flight.FlightServerError(f"an action body of {action.body.size:,} bytes: at most {MAX_ACTION_BYTES}")

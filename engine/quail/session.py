@@ -4,6 +4,8 @@
     result, stats = s.filter(texts, ["Is this about sport?"])
 """
 
+import functools
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -16,9 +18,12 @@ from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.executor.stats import Stats
 from quail.kinds.classify import render as render_classify
+from quail.kinds.extract import DEFAULT_INSTRUCTION, DEFAULT_MAX_NEW_TOKENS, json_schema, typed
+from quail.kinds.extract import render as render_extract
 from quail.kinds.filter import render as render_filter
 from quail.kinds.join import pair_room
 from quail.kinds.join import render as render_join
+from quail.kinds.map import render as render_map
 from quail.kinds.settings import check_calibration, check_cascade_model
 from quail.kinds.words import DEFAULT_QUESTION, SECOND
 from quail.model.loader import LoadedModel, load_model
@@ -26,11 +31,16 @@ from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 from quail.ops.calibration import CONTENT_FREE, column_means, labels_given, yes_given
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
+from quail.ops.generate import GenerateResult, run_generate
+from quail.ops.grammar import FreeText, Grammar, JsonSchema, llg_tokenizer
 from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import PromptLayout
 from quail.reuse import Retain, Reuse
+from quail.specs import FieldSpec
 
 if TYPE_CHECKING:
+    from llguidance import LLTokenizer
+
     from quail.answer_stores import Store
 
 
@@ -49,6 +59,22 @@ def _retain(retain: bool | Retain | None) -> Retain | None:
 
 
 @dataclass
+class Extraction:
+    """An extract's rows: each one's fields by name (None for a truncated row), and which were truncated."""
+
+    values: list[dict | None]
+    truncated: list[bool]
+    written: GenerateResult  # the tokens each row wrote
+
+
+@dataclass
+class Mapped:
+    texts: list[str]
+    truncated: list[bool]
+    written: GenerateResult
+
+
+@dataclass
 class Documents:
     """Tokenized documents that fit the model's context, and how many had to be cut."""
 
@@ -57,7 +83,7 @@ class Documents:
 
 
 class Session:
-    def __init__(self, loaded: LoadedModel, plan: PhysicalPlan):
+    def __init__(self, loaded: LoadedModel, plan: PhysicalPlan) -> None:
         self.loaded = loaded
         self.engine = Engine(loaded.model, plan)
         self.layout = PromptLayout(loaded.tokenizer)
@@ -117,8 +143,8 @@ class Session:
     def context(self) -> int:
         return self.loaded.config.max_position
 
-    def documents(self, texts: list[str], render, suffix: int, truncate: bool, rows: list[int] | None = None,
-                  what: str = "row") -> Documents:
+    def documents(self, texts: list[str], render: Callable[[list[str]], list[list[int]]], suffix: int,
+                  truncate: bool, rows: list[int] | None = None, what: str = "row") -> Documents:
         """Tokenizes texts with `render` (texts -> token lists); `suffix` is the longest question that
         follows a document in one prompt. `rows` are the input row numbers that errors name."""
         limit = self.context - suffix
@@ -153,7 +179,7 @@ class Session:
         """The documents contextual calibration asks every question of."""
         return [self.layout.document(text) for text in CONTENT_FREE]
 
-    def _store(self, reuse) -> "Store | None":
+    def _store(self, reuse: bool | Reuse) -> "Store | None":
         return self.store if _reuse(reuse).store else None
 
     def _calibration(self, calibration: str) -> str:
@@ -179,8 +205,10 @@ class Session:
         found = store.get([k for row in keys for k in row], 1, touch)
         return [[found[k][0] if k in found else None for k in row] for row in keys]
 
-    def _asked(self, docs: list[list[int]], questions, threshold, reuse, retain=None, progress=None, bias=None,
-               limit=None, calibration="auto") -> tuple[FilterResult, Stats]:
+    def _asked(self, docs: list[list[int]], questions: list[list[int]], threshold: float, reuse: bool | Reuse,
+               retain: bool | Retain | None = None, progress: Callable[[int, int], None] | None = None,
+               bias: list[float] | None = None, limit: int | None = None,
+               calibration: str = "auto") -> tuple[FilterResult, Stats]:
         """run_filter, with the answers the store holds and keeping the new ones."""
         store = self._store(reuse)
         keys = self.filter_keys(questions, docs, calibration) if store is not None else None
@@ -192,8 +220,10 @@ class Session:
                       for k, p in enumerate(raw) if p is not None)
         return result, stats
 
-    def filter(self, texts, predicates, threshold=0.5, limit=None, reuse=True, retain=None, truncate=False,
-               progress=None, rows=None, calibration="auto") -> tuple[FilterResult, Stats]:
+    def filter(self, texts: list[str], predicates: list[str], threshold: float = 0.5, limit: int | None = None,
+               reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,
+               progress: Callable[[int, int], None] | None = None, rows: list[int] | None = None,
+               calibration: str = "auto") -> tuple[FilterResult, Stats]:
         """calibration: "contextual" divides each predicate's content-free P(yes) out (ops/calibration.py)."""
         questions = render_filter(self.layout, predicates)
         docs = self.documents(texts, self.layout.documents, max(map(len, questions)), truncate, rows)
@@ -206,8 +236,9 @@ class Session:
         stats.rows_truncated = docs.truncated
         return result, stats.merge(probe_stats) if probe_stats else stats
 
-    def _labelled(self, docs: list[list[int]], q, label_tokens, reuse, retain=None, progress=None,
-                  calibration="auto") -> tuple[ClassifyResult, Stats]:
+    def _labelled(self, docs: list[list[int]], q: list[int], label_tokens: list[list[int]], reuse: bool | Reuse,
+                  retain: bool | Retain | None = None, progress: Callable[[int, int], None] | None = None,
+                  calibration: str = "auto") -> tuple[ClassifyResult, Stats]:
         """run_classify, with the answers the store holds and keeping the new ones."""
         store = self._store(reuse)
         keys = self.classify_keys(q, label_tokens, docs, calibration) if store is not None else None
@@ -218,8 +249,10 @@ class Session:
             store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.from_store)
         return result, stats
 
-    def classify(self, texts, labels, question=None, reuse=True, retain=None, truncate=False,
-                 progress=None, rows=None, calibration="auto", descriptions=()) -> tuple[ClassifyResult, Stats]:
+    def classify(self, texts: list[str], labels: list[str], question: str | None = None, reuse: bool | Reuse = True,
+                 retain: bool | Retain | None = None, truncate: bool = False,
+                 progress: Callable[[int, int], None] | None = None, rows: list[int] | None = None,
+                 calibration: str = "auto", descriptions: tuple[str, ...] = ()) -> tuple[ClassifyResult, Stats]:
         q, label_tokens = render_classify(self.layout, question or DEFAULT_QUESTION, labels, descriptions)
         docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
         result, stats = self._labelled(docs.tokens, q, label_tokens, reuse, retain, progress, calibration)
@@ -242,8 +275,9 @@ class Session:
         asked = f"join\x1f{cal}\x1f{condition}"
         return [[answer_key(self.loaded.identity, asked, a + [-1] + p) for p in partners] for a in anchors]
 
-    def _paired(self, anchors, partners, cond, reuse, retain=None, progress=None,
-                calibration="auto") -> tuple[JoinResult, Stats]:
+    def _paired(self, anchors: list[list[int]], partners: list[list[int]], cond: list[int], reuse: bool | Reuse,
+                retain: bool | Retain | None = None, progress: Callable[[int, int], None] | None = None,
+                calibration: str = "auto") -> tuple[JoinResult, Stats]:
         """run_join, with the answers the store holds and keeping the new ones."""
         store = self._store(reuse)
         keys = self.join_keys(cond, anchors, partners, calibration) if store is not None and partners else None
@@ -255,8 +289,11 @@ class Session:
                       for j, p in enumerate(row))
         return result, stats
 
-    def join(self, left, right, condition, reuse=True, retain=None, truncate=False, progress=None, left_rows=None,
-             right_rows=None, calibration="auto", partner=SECOND) -> tuple[JoinResult, Stats]:
+    def join(self, left: list[str], right: list[str], condition: str, reuse: bool | Reuse = True,
+             retain: bool | Retain | None = None, truncate: bool = False,
+             progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
+             right_rows: list[int] | None = None, calibration: str = "auto",
+             partner: str = SECOND) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
         cond = render_join(self.layout, condition, partner)
@@ -273,3 +310,57 @@ class Session:
             result.p_yes = [[yes_given(p, b) for p, b in zip(row, bias)] for row in result.p_yes]
             stats.merge(probe_stats)
         return result, stats
+
+    @functools.cached_property
+    def _grammar_tokenizer(self) -> "LLTokenizer":
+        """The tokenizer as the grammar library reads it: built once (half a second on 152k tokens)."""
+        return llg_tokenizer(self.loaded.tokenizer.json(), self.loaded.config.vocab_size, self._stop[0])
+
+    @property
+    def _stop(self) -> list[int]:
+        stop = self.loaded.tokenizer.stop_ids
+        if not stop:
+            raise QuailError(f"{self.loaded.name}'s tokenizer has no end-of-text token: it cannot extract or map")
+        return stop
+
+    def _written(self, texts: list[str], question: list[int], grammar: Grammar, most: int, reuse: bool | Reuse,
+                 retain: bool | Retain | None, truncate: bool, progress: Callable[[int, int], None] | None,
+                 rows: list[int] | None) -> tuple[GenerateResult, Stats]:
+        docs = self.documents(texts, self.layout.documents, len(question) + most, truncate, rows)
+        result, stats = run_generate(self.engine, docs.tokens, question, grammar, most, _reuse(reuse),
+                                     _retain(retain), progress)
+        stats.rows_truncated = docs.truncated
+        return result, stats
+
+    def extract(self, texts: list[str], fields: tuple[FieldSpec, ...] | list[FieldSpec],
+                instruction: str = DEFAULT_INSTRUCTION, max_new_tokens: int | None = None,
+                reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,
+                progress: Callable[[int, int], None] | None = None,
+                rows: list[int] | None = None) -> tuple[Extraction, Stats]:
+        """Each text's fields (kinds/extract.py: `parse_fields` reads a mapping, a JSON Schema or a
+        pydantic model into them), written as JSON held to their schema; a row cut at
+        max_new_tokens is truncated and its fields None."""
+        fields = tuple(fields)
+        most = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        grammar = JsonSchema(self._grammar_tokenizer, json_schema(fields), self.loaded.config.vocab_size,
+                             self._stop[0])
+        question = render_extract(self.layout, instruction, fields)
+        result, stats = self._written(texts, question, grammar, most, reuse, retain, truncate, progress, rows)
+        values: list[dict | None] = []
+        for w in result.written:
+            obj = None if w.truncated else json.loads(self.loaded.tokenizer.decode(list(w.tokens)))
+            values.append(None if obj is None else {f.name: typed(f, obj[f.name]) for f in fields})
+        return Extraction(values, [w.truncated for w in result.written], result), stats
+
+    def map(self, texts: list[str], instruction: str, max_new_tokens: int | None = None,
+            reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,
+            progress: Callable[[int, int], None] | None = None,
+            rows: list[int] | None = None) -> tuple[Mapped, Stats]:
+        """The text written for each text by `instruction`, to the end of the model's reply; a row cut
+        at max_new_tokens is truncated (its text is what was written)."""
+        most = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        question = render_map(self.layout, instruction)
+        result, stats = self._written(texts, question, FreeText(self._stop), most, reuse, retain, truncate, progress,
+                                      rows)
+        texts_out = [self.loaded.tokenizer.decode(list(w.tokens)).strip() for w in result.written]
+        return Mapped(texts_out, [w.truncated for w in result.written], result), stats

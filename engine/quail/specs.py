@@ -43,6 +43,20 @@ class Cascade:
         return self.metric, self.target
 
 
+FIELD_TYPES = ("str", "int", "float", "bool", "date", "enum", "list[str]")  # what an extract's fields may be
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field an extract fills in: null where the document does not say."""
+
+    name: str
+    type: str  # one of FIELD_TYPES
+    description: str = ""
+    values: tuple[str, ...] = ()  # an enum's
+    __pydantic_config__ = {"extra": "forbid"}
+
+
 @dataclass(frozen=True)
 class OperatorSpec:
     name: str
@@ -59,6 +73,9 @@ class OperatorSpec:
     keep_all: bool = False
     calibration: str = "auto"  # "contextual": each question's content-free answer divided out; "auto": the model's
     cascade: Cascade | None = None  # a filter: the rows its model is unsure of go to a larger one
+    fields: tuple[FieldSpec, ...] = ()  # an extract's
+    max_new_tokens: int | None = None  # an extract's or a map's: the most tokens it writes per row
+    output_column: str | None = None  # a map's: the column it writes
     output: str | None = None
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
@@ -69,6 +86,8 @@ class OperatorSpec:
             what.append(list(self.descriptions))
         if self.cascade is not None:  # another model answers some rows: another selectivity
             what.append(asdict(self.cascade))
+        if self.fields or self.max_new_tokens is not None:
+            what.append([[asdict(f) for f in self.fields], self.max_new_tokens])
         return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
@@ -80,4 +99,7 @@ class OperatorSpec:
         d = {k: tuple(v) if k in tuples else v for k, v in d.items()}
         if isinstance(d.get("cascade"), dict):
             d["cascade"] = Cascade(**d["cascade"])
+        if "fields" in d:
+            d["fields"] = tuple(FieldSpec(**(f | {"values": tuple(f.get("values", ()))})) if isinstance(f, dict)
+                                else f for f in d["fields"])
         return cls(**d)

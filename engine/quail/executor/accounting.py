@@ -22,7 +22,10 @@ class Request:
 
 
 def charge(stats: Stats, ext: Extend, lo: int, take: int) -> None:
-    """Tokens [lo, lo + take) of the request are computed in this pass."""
+    """Tokens [lo, lo + take) of the request are computed in this pass. A token fed back while
+    writing is no prompt's: Stats.tokens_generated counts it (in `settle`)."""
+    if ext.writes and not ext.prompt:
+        return
     doc = max(0, min(lo + take, ext.n_document) - lo)
     stats.document_tokens_computed += doc
     stats.question_tokens_computed += take - doc
@@ -34,8 +37,11 @@ def charge(stats: Stats, ext: Extend, lo: int, take: int) -> None:
 def settle(req: Request, stats: Stats, out: Outcome, index: int) -> Reads:
     """The request is complete: credit what its prompt reused, by mechanism, and return its reads."""
     ext, seq = req.ext, req.ext.seq
+    if ext.writes:
+        stats.tokens_generated += 1  # the token its last read chooses
     if not ext.prompt:
-        seq.fresh += len(ext.tokens)
+        if not ext.writes:  # a written token is rewound before any later prompt
+            seq.fresh += len(ext.tokens)
     else:
         total = len(seq)
         reused = total - len(ext.tokens) - seq.fresh
@@ -52,4 +58,4 @@ def settle(req: Request, stats: Stats, out: Outcome, index: int) -> Reads:
             for s in (stats.step(ext.step), out.naive_steps[index].setdefault(ext.step, StepStats())):
                 s.tokens_naive += total
                 s.prompts += 1
-    return [req.reads[off][ids].numpy() for off, ids in ext.reads]
+    return [(req.reads[off] if ids is None else req.reads[off][ids]).numpy() for off, ids in ext.reads]

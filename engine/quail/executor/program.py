@@ -22,14 +22,21 @@ class Extend:
 
     `prompt`: the sequence after this request is a prompt a from-scratch run would evaluate.
     `n_document`: how many leading tokens are document text (the rest count as question tokens).
+    `writes`: its last read chooses a token the program writes (an extract's or a map's); a request
+    that is not a prompt then feeds back the token written before, which is counted as written, not
+    as a prompt's. Reading `ALL` ids reads the whole vocabulary.
     """
 
     seq: Seq
     tokens: list[int]
-    reads: list[tuple[int, list[int]]] = field(default_factory=list)
+    reads: list[tuple[int, list[int] | None]] = field(default_factory=list)
     n_document: int = 0
     prompt: bool = True
     step: str | None = None
+    writes: bool = False
+
+
+ALL = None  # the ids a read reads: every one
 
 
 @dataclass

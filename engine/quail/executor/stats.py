@@ -20,6 +20,7 @@ class Stats:
     document_tokens_computed: int = 0
     question_tokens_computed: int = 0
     tokens_reused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MECHANISMS, 0))
+    tokens_generated: int = 0  # written by an extract or a map: each fed back but a row's last, in no prompt
     forward_passes: int = 0
     pages_total: int = 0
     pages_peak: int = 0
@@ -45,7 +46,8 @@ class Stats:
 
     def merge(self, other: "Stats") -> "Stats":
         for name in ("tokens_naive", "tokens_computed", "document_tokens_computed", "question_tokens_computed",
-                     "forward_passes", "seconds", "rows_truncated", "rows_skipped", "duplicates", "evictions"):
+                     "tokens_generated", "forward_passes", "seconds", "rows_truncated", "rows_skipped", "duplicates",
+                     "evictions"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mech in MECHANISMS:
             self.tokens_reused[mech] += other.tokens_reused[mech]

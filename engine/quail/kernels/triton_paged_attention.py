@@ -90,7 +90,7 @@ def _device_meta(meta) -> dict[str, torch.Tensor]:
         table = np.zeros((len(meta.page_tables), width), dtype=np.int32)
         for i, t in enumerate(meta.page_tables):
             table[i, : len(t)] = t
-        def as_t(a):
+        def as_t(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(meta.device)
 
         cached = {"table": as_t(table), "q_start": as_t(meta.q_start), "q_len": as_t(meta.q_len),
@@ -99,7 +99,8 @@ def _device_meta(meta) -> dict[str, torch.Tensor]:
     return cached
 
 
-def paged_attention_triton(q, k_cache, v_cache, meta, scale: float, upcast: bool = False) -> torch.Tensor:
+def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta,
+                           scale: float, upcast: bool = False) -> torch.Tensor:
     """q: [T, H, D]; k_cache, v_cache: [pages, page_size, kv_heads, D]. Returns [T, H, D].
     upcast: compute in fp32 (Triton's interpreter gets bf16 dots wrong)."""
     T, H, D = q.shape

@@ -2,10 +2,12 @@
 
 from quail.kinds.base import OperatorKind
 from quail.kinds.classify import Classify
+from quail.kinds.extract import Extract
 from quail.kinds.filter import Filter
 from quail.kinds.join import Join
+from quail.kinds.map import Map
 
-KINDS: dict[str, OperatorKind] = {k.name: k for k in (Filter(), Classify(), Join())}
+KINDS: dict[str, OperatorKind] = {k.name: k for k in (Filter(), Classify(), Join(), Extract(), Map())}
 
 
 def kind_of(name: str) -> OperatorKind:

@@ -18,6 +18,7 @@ class OperatorTokens:
     labels: list[int] = field(default_factory=list)  # classify: token count of each label
     partners: list[int] = field(default_factory=list)  # join: token count of each right row
     stem: int = 0  # opening tokens that every question (or partner) shares: chain mode computes them once
+    written: int = 0  # an extract's or a map's: the most tokens it writes after its prompt
 
 
 class Layout(Protocol):
@@ -27,6 +28,7 @@ class Layout(Protocol):
     def label_question(self, question: str, labels: list[str], descriptions: tuple[str, ...] = ()) -> list[int]: ...
     def label(self, label: str) -> list[int]: ...
     def pair_question(self, condition: str, name: str) -> list[int]: ...
+    def writing_question(self, text: str) -> list[int]: ...
     def partners(self, texts: list[str], name: str) -> list[list[int]]: ...
 
     @property
@@ -66,6 +68,11 @@ class OperatorKind:
 
     prompt_word: str | None = None  # what makes its prompt long, where more than the question
 
+    def columns_added(self, spec: OperatorSpec) -> list[str]:
+        """The columns its output adds beside its input's, where they must not clash with them before
+        any work (the others are checked as the output is shaped)."""
+        return []
+
     # predicting it
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:
         """Whether a document is asked more than one prompt: chain mode then has work to save."""
@@ -78,7 +85,7 @@ class OperatorKind:
     def document_room(self, t: OperatorTokens, context: int) -> int:
         """The most tokens a document keeps under --truncate: the context less what follows it in
         its longest prompt (as Session cuts them)."""
-        return context - max(t.questions)
+        return context - max(t.questions) - t.written
 
     def check_room(self, layout: Layout, spec: OperatorSpec, context: int, where: str) -> None:
         """Refuses, before any work, a question so long that its prompt leaves a document's text no
@@ -90,9 +97,11 @@ class OperatorKind:
             room = self.document_room(t, context) - layout.document_head
             if room < 1:
                 word = f"{self.question_word} {i}" if several else self.prompt_word or self.question_word
+                written = f" and max_new_tokens {t.written:,}" if t.written else ""
                 raise QuailError(f"{where}: {word} is {t.questions[0] + max(t.labels, default=0):,} tokens with its "
-                                 f"prompt, which leaves {max(room, 0)} of the model's {context:,}-token context for "
-                                 f"a document's text; shorten the {self.prompt_word or self.question_word}")
+                                 f"prompt{written}, which leaves {max(room, 0)} of the model's {context:,}-token "
+                                 f"context for a document's text; shorten the {self.prompt_word or self.question_word}"
+                                 + (" or lower max_new_tokens" if t.written else ""))
 
     def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
         """Per document: (probability it is asked, tokens beyond the document) for each prompt, and

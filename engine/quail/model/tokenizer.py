@@ -3,6 +3,7 @@ and the chat markup the prompts are laid out in."""
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
@@ -20,7 +21,7 @@ _CONTROL, _USER_DEFINED = 3, 4
 SHORT = 4096  # characters: texts up to this long are kept once encoded (`Tokenizer.encode`)
 
 
-def _pre_tokenizer(pre: str):
+def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     if pre in ("qwen2", "llama-bpe", "llama3"):
         pattern = _QWEN2 if pre == "qwen2" else _LLAMA3
@@ -66,7 +67,7 @@ class Tokenizer:
         self.chat = self._chat_markup()
 
     @classmethod
-    def from_file(cls, path) -> "Tokenizer":
+    def from_file(cls, path: str | Path) -> "Tokenizer":
         return cls(HFTokenizer.from_file(str(path)))
 
     def token_id(self, token: str) -> int | None:
@@ -86,6 +87,16 @@ class Tokenizer:
         """Many texts at once, in the tokenizers library's threads."""
         return [e.ids for e in self._tk.encode_batch(texts, add_special_tokens=False)]
 
+    def json(self) -> str:
+        """The tokenizer as a tokenizer.json: what a grammar library reads its vocabulary from."""
+        return self._tk.to_str()
+
+    @functools.cached_property
+    def stop_ids(self) -> list[int]:
+        """The tokens that end a reply: the chat's end of turn, and end of text."""
+        names = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
+        return [i for i in (self.token_id(n) for n in names) if i is not None]
+
     def decode(self, ids: list[int]) -> str:
         return self._tk.decode(ids, skip_special_tokens=False)
 
@@ -101,7 +112,7 @@ class Tokenizer:
             )
         header, header_end, eot = (self.token_id(t) for t in ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"))
         if header is not None and header_end is not None and eot is not None:
-            def turn(role):
+            def turn(role: str) -> list[int]:
                 return [header] + self.encode(role) + [header_end] + self.encode("\n\n")
 
             return ChatMarkup(turn("system"), turn("user"), [eot], turn("assistant"))

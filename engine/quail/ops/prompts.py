@@ -26,16 +26,19 @@ class YesNoTokens:
 
 
 class PromptLayout:
-    def __init__(self, tokenizer: Tokenizer, system: str = SYSTEM):
+    def __init__(self, tokenizer: Tokenizer, system: str = SYSTEM) -> None:
         self.tok = tokenizer
         self._last: dict[str, list[int]] = {}
         chat = tokenizer.chat
         if chat is None:
             self.preamble = tokenizer.encode(system + "\n\n")
             self.cue = tokenizer.encode("\nAnswer:")
+            self.reply = tokenizer.encode("\nReply:\n")  # where an extract or a map writes
         else:
             self.preamble = chat.begin_system + tokenizer.encode(system) + chat.end_turn + chat.begin_user
-            self.cue = chat.end_turn + chat.begin_assistant + tokenizer.encode("Answer:")
+            self.reply = chat.end_turn + chat.begin_assistant
+            self.cue = self.reply + tokenizer.encode("Answer:")
+
     @functools.cached_property
     def yes_no(self) -> YesNoTokens:
         """The yes/no answer tokens that filters and joins (and their calibration) read; asked for
@@ -98,6 +101,11 @@ class PromptLayout:
 
     def pair_question(self, condition: str, name: str = SECOND) -> list[int]:
         return self.yes_no_question(f"Do the {ANCHOR} and the {name} satisfy this condition? {condition}")
+
+    def writing_question(self, text: str) -> list[int]:
+        """An extract's or a map's prompt after the document: what to write, then the reply's start,
+        where the model writes."""
+        return self.tok.encode(text) + self.reply
 
 
 def _headed(name: str, texts: list[str]) -> list[str]:

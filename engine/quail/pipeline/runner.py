@@ -64,13 +64,18 @@ class Runner:
         return TableSource(self.outputs[name], f"operator {name!r}")
 
     def check_inputs(self) -> None:
-        """Checks every table input's file and text column before the model loads; the rows are
-        checked as they stream, and an error names the row."""
+        """Checks every table input's file and text column, and that an operator's added columns are
+        not among its columns, before the model loads; the rows are checked as they stream, and an
+        error names the row."""
         for spec in self.pipeline.specs:
             for name, column in zip(spec.inputs, spec.columns):
                 if name in self.pipeline.tables:
                     source = self.source(name)
-                    text_column(source.schema().empty_table(), column, source.name, self.on_null)
+                    table = source.schema().empty_table()
+                    text_column(table, column, source.name, self.on_null)
+                    if clash := sorted(set(kind_of(spec.kind).columns_added(spec)) & set(table.column_names)):
+                        raise QuailError(f"operator {spec.name!r}: {source.name} already has the column(s) "
+                                         f"{clash}, which its output adds; rename them")
 
     def check_outputs(self, output_word: str = "output", stats_word: str = "stats", review_word: str = "review_output",
                       kept: dict[str, str] | None = None) -> None:
@@ -101,7 +106,7 @@ class Runner:
             name = specs[name].inputs[0]
         return name if name in self.pipeline.tables else None
 
-    def _texts(self, name: str | None, column: str, rows: int = DEFAULT_WINDOW_ROWS):
+    def _texts(self, name: str | None, column: str, rows: int = DEFAULT_WINDOW_ROWS) -> Iterator[list[str]]:
         if name is None:
             return
         source = self.source(name)
@@ -184,7 +189,7 @@ class Runner:
                 if group[0].name in as_run:
                     predicted.update({s.name: Prediction() for s in group})
 
-                    def predict_group(window: Window, group=group) -> None:
+                    def predict_group(window: Window, group: list[OperatorSpec] = group) -> None:
                         _predict_window(session, plan, group, window.inputs[0][0], window.k, partners, self.truncate,
                                         predicted)
                     predict_window = predict_group

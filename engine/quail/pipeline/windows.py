@@ -114,7 +114,9 @@ class Windowed:
         if done.stats.guarantee and cascade is not None and not cascade.chosen:  # the first window's band, for the rest
             g = done.stats.guarantee
             self.spec = replace(self.spec, cascade=replace(cascade, low=g["low"], high=g["high"]))
-        if self.max_tokens is not None and (computed := self.total.stats.tokens_computed) > self.max_tokens:
+        stats = self.total.stats
+        if self.max_tokens is not None and (computed := stats.tokens_computed + stats.tokens_generated) \
+                > self.max_tokens:
             raise QuailError(f"operator {self.spec.name!r} passed its budget: {computed:,} tokens computed by "
                              f"window {window.k} (rows {window.offset}-{self.next_row - 1}), over max_tokens "
                              f"{self.max_tokens:,}; it stopped there and wrote no output")
@@ -156,7 +158,7 @@ def drive(spec: OperatorSpec, windows: Iterator[tuple[int, pa.Table]], source: s
     return op.finish()
 
 
-def check_count(value, what: str) -> int | None:
+def check_count(value: object, what: str) -> int | None:
     """A count as a setting gives it (a budget of tokens, a number of workers; an operator's, a
     pipeline's, a connection's): none, or a whole number above 0."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -166,9 +168,10 @@ def check_count(value, what: str) -> int | None:
 
 def check_budget(name: str, predicted: Prediction, max_tokens: int | None, what: str = "max_tokens") -> None:
     """Refuses, before anything is computed, an operator whose plan predicts more computed tokens
-    than its budget."""
-    if max_tokens is not None and predicted.tokens_computed > max_tokens:
-        raise QuailError(f"operator {name!r}: the plan predicts {round(predicted.tokens_computed):,} computed tokens, "
+    than its budget: prompt tokens, and the most an extract or a map may write."""
+    if max_tokens is not None and (most := predicted.tokens_computed + predicted.tokens_generated) > max_tokens:
+        written = f" (with at most {round(predicted.tokens_generated):,} written)" if predicted.tokens_generated else ""
+        raise QuailError(f"operator {name!r}: the plan predicts {round(most):,} computed tokens{written}, "
                          f"over its budget ({what} {max_tokens:,}); nothing was computed")
 
 

@@ -7,6 +7,7 @@ retention assumes the arena holds what the plan retains, and a row that passed a
 read by the consumers that follow it.
 """
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from quail.constants import MECHANISMS
@@ -22,23 +23,29 @@ class Prediction:
     tokens_naive: float = 0.0
     tokens_computed: float = 0.0
     tokens_reused: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MECHANISMS, 0.0))
+    tokens_generated: float = 0.0  # the most an extract or a map may write: each row's max_new_tokens
 
     def add(self, other: "Prediction") -> None:
         self.tokens_naive += other.tokens_naive
         self.tokens_computed += other.tokens_computed
+        self.tokens_generated += other.tokens_generated
         for k, v in other.tokens_reused.items():
             self.tokens_reused[k] += v
 
     @classmethod
     def from_dict(cls, d: dict) -> "Prediction":
-        return cls(d["tokens_naive"], d["tokens_computed"], dict.fromkeys(MECHANISMS, 0.0) | d["tokens_reused"])
+        return cls(d["tokens_naive"], d["tokens_computed"], dict.fromkeys(MECHANISMS, 0.0) | d["tokens_reused"],
+                   d.get("tokens_generated_at_most", 0.0))
 
     def rounded(self) -> dict:
-        return {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),
-                "tokens_reused": {k: round(v) for k, v in self.tokens_reused.items()}}
+        d = {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),
+             "tokens_reused": {k: round(v) for k, v in self.tokens_reused.items()}}
+        if self.tokens_generated:
+            d["tokens_generated_at_most"] = round(self.tokens_generated)
+        return d
 
 
-def _product(values) -> float:
+def _product(values: Iterable[float]) -> float:
     p = 1.0
     for v in values:
         p *= v
@@ -84,7 +91,8 @@ def predict_calibration(op: OperatorPlan, kind: str, probes: OperatorTokens, pag
                         lambda rest: _accounting(rest, kind_of(kind).prompts(rest, 1.0), op, 1.0, 0.0, page_size))
 
 
-def _with_stored(t: OperatorTokens, stored: dict[int, int] | None, reach: float, predict) -> Prediction:
+def _with_stored(t: OperatorTokens, stored: dict[int, int] | None, reach: float,
+                 predict: Callable[[OperatorTokens], Prediction]) -> Prediction:
     """The prediction over the documents the store does not answer, and the stored ones' prompts as
     reused by `answers`."""
     if not stored:
@@ -117,6 +125,7 @@ def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int],
             computed = sum(a * (doc_new + extra) for a, extra in asked)
         p.tokens_naive += reach * naive
         p.tokens_computed += reach * computed
+        p.tokens_generated += reach * t.written
         first = (asked[0][0] if asked else 0.0) if op.rewind else sum(a for a, _ in asked)
         p.tokens_reused["retention"] += reach * held * n * first
         p.tokens_reused["prefix"] += reach * (1 - held) * shared * first

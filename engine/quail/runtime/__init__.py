@@ -2,10 +2,13 @@
 
 from quail.runtime.base import KindRuntime
 from quail.runtime.classify import ClassifyRuntime
+from quail.runtime.extract import ExtractRuntime
 from quail.runtime.filter import FilterRuntime
 from quail.runtime.join import JoinRuntime
+from quail.runtime.map import MapRuntime
 
-RUNTIMES: dict[str, KindRuntime] = {r.kind.name: r for r in (FilterRuntime(), ClassifyRuntime(), JoinRuntime())}
+RUNTIMES: dict[str, KindRuntime] = {r.kind.name: r for r in (FilterRuntime(), ClassifyRuntime(), JoinRuntime(),
+                                                                ExtractRuntime(), MapRuntime())}
 
 
 def runtime_of(kind: str) -> KindRuntime:

@@ -1,0 +1,33 @@
+"""A map at run time: the text written for each row, and whether it was truncated."""
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from quail.kinds.map import Map
+from quail.runtime.base import Inputs, KindRuntime
+from quail.runtime.outputs import scatter
+from quail.specs import OperatorSpec
+
+if TYPE_CHECKING:
+    from quail.executor.stats import Stats
+    from quail.reuse import Retain, Reuse
+    from quail.session import Session
+
+
+class MapRuntime(KindRuntime):
+    kind = Map()
+
+    def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
+                retain: "Retain | None", truncate: bool,
+                progress: Callable[[int, int], None] | None) -> tuple[pa.Table, "Stats"]:
+        [(texts, rows)] = inputs
+        r, stats = session.map(texts, spec.questions[0], spec.max_new_tokens, reuse, retain, truncate, progress, rows)
+        written, truncated = self.kind.columns_added(spec)
+        return pa.table({"row": pa.array(rows, pa.int64()), written: pa.array(r.texts, pa.string()),
+                         truncated: pa.array(r.truncated, pa.bool_())}), stats
+
+    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+        [table] = tables
+        return scatter(answers, table.num_rows, self.kind.columns_added(spec), source, table)

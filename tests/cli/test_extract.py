@@ -1,0 +1,112 @@
+"""extract and map from the command line and a pipeline file: typed columns beside the input's, the
+same tokens written with reuse as without, accounting, and bad input refused before any work."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quail.cli.main import main
+
+pytestmark = pytest.mark.usefixtures("smollm2_for_every_session")
+MODEL = ["--model", "smollm2-135m", "--dtype", "float32"]
+TEXTS = ["Acme Corp paid $1,250.00 on 2024-03-01 for 40 widgets. Great service!",
+         "The striker scored twice as Arsenal beat Spurs 3-1 on Sunday.",
+         "Invoice from Globex, total 99.5 dollars, dated 12 January 2023. Terrible delays."]
+FIELDS = ["--field", "company:str=the company named", "--field", "amount:float=the total in dollars",
+          "--field", "date:date", "--field", "sentiment:positive|negative|neutral", "--field", "items:int",
+          "--field", "tags:list[str]", "--field", "paid:bool"]
+
+
+def run(capsys, *argv) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return e.value.code, err
+
+
+@pytest.fixture
+def docs(tmp_path):
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"id": [7, 8, 9], "text": TEXTS}), path)
+    return path
+
+
+def test_extract_writes_typed_columns_beside_the_input(docs, tmp_path, capsys):
+    out, stats = tmp_path / "o.parquet", tmp_path / "s.json"
+    code, err = run(capsys, "extract", docs, "--text-column", "text", *FIELDS, "--max-new-tokens", "120",
+                    "--output", out, "--stats", stats, *MODEL)
+    assert code == 0, err
+    table = pq.read_table(out)
+    assert table.column_names == ["id", "text", "company", "amount", "date", "sentiment", "items", "tags", "paid",
+                                  "truncated"]
+    types = [table.schema.field(n).type for n in table.column_names[2:]]
+    assert types == [pa.string(), pa.float64(), pa.date32(), pa.string(), pa.int64(), pa.list_(pa.string()),
+                     pa.bool_(), pa.bool_()]
+    rows = table.to_pylist()
+    assert [r["id"] for r in rows] == [7, 8, 9]
+    for r in rows:
+        assert r["sentiment"] in (None, "positive", "negative", "neutral")
+        if r["truncated"]:
+            assert all(r[f] is None for f in ("company", "amount", "date", "sentiment", "items", "tags", "paid"))
+    s = json.loads(stats.read_text())
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+    assert s["predicted"]["tokens_computed"] == s["tokens_computed"]
+    assert 0 < s["tokens_generated"] <= s["predicted"]["tokens_generated_at_most"] == 3 * 120
+
+
+def test_extract_with_reuse_writes_what_it_writes_without(docs, tmp_path, capsys):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert run(capsys, "extract", docs, "--text-column", "text", *FIELDS, "--output", a, *MODEL)[0] == 0
+    assert run(capsys, "extract", docs, "--text-column", "text", *FIELDS, "--output", b, "--no-reuse", *MODEL)[0] == 0
+    assert pq.read_table(a).to_pylist() == pq.read_table(b).to_pylist()
+
+
+def test_map_writes_a_text_column(docs, tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    code, err = run(capsys, "map", docs, "--text-column", "text", "--instruction", "Summarize it in one sentence.",
+                    "--output-column", "summary", "--max-new-tokens", "30", "--output", out, *MODEL)
+    assert code == 0, err
+    table = pq.read_table(out)
+    assert table.column_names == ["id", "text", "summary", "truncated"]
+    assert all(isinstance(r["summary"], str) for r in table.to_pylist())
+
+
+def test_a_pipeline_extracts_from_the_rows_a_filter_kept_reusing_their_kv(docs, tmp_path, capsys):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+model: smollm2-135m
+tables: {{docs: {docs}}}
+operators:
+  - name: kept
+    filter: {{input: docs, column: text, predicates: ["Is this about money?"], threshold: 0.0}}
+  - name: fields
+    extract: {{input: kept, column: text, fields: {{company: str, amount: float}}, max_new_tokens: 60}}
+    output: {tmp_path / "o.parquet"}
+    stats: {tmp_path / "s.json"}
+""")
+    code, err = run(capsys, "pipeline", path, "--dtype", "float32")
+    assert code == 0, err
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["tokens_reused"]["retention"] > 0  # the documents' KV, kept by the filter for the extract
+    assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
+    assert pq.read_table(tmp_path / "o.parquet").column_names[-3:] == ["company", "amount", "truncated"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--field", "amount:money"], "field 'amount': type 'money' is not one of str, int, float"),
+    ([], "give at least one field"),
+    (["--field", "a:str", "--field", "a:int"], "duplicate fields ['a']"),
+    (["--field", "amount"], "must be NAME:TYPE[=DESCRIPTION]"),
+    (["--field", "truncated:bool"], "field name 'truncated' is a column the output has"),
+    (["--field", "id:int"], "already has the column(s) ['id'], which its output adds"),
+    (["--field", "a:str", "--max-new-tokens", "0"], "max_new_tokens must be at least 1, got 0"),
+    (["--field", "a:str", "--max-new-tokens", "9000"], "or lower max_new_tokens"),
+])
+def test_bad_extracts_are_refused_before_any_work(docs, tmp_path, capsys, argv, says):
+    out = tmp_path / "o.parquet"
+    code, err = run(capsys, "extract", docs, "--text-column", "text", *argv, "--output", out, *MODEL)
+    assert code == 2 and "quail: error:" in err and says in err, err
+    assert not out.exists()

@@ -1,3 +1,9 @@
-from airflow_quail.operators.llm import LLMClassifyOperator, LLMFilterOperator, LLMJoinOperator
+from airflow_quail.operators.llm import (
+    LLMClassifyOperator,
+    LLMExtractOperator,
+    LLMFilterOperator,
+    LLMJoinOperator,
+    LLMMapOperator,
+)
 
-__all__ = ["LLMFilterOperator", "LLMClassifyOperator", "LLMJoinOperator"]
+__all__ = ["LLMFilterOperator", "LLMClassifyOperator", "LLMJoinOperator", "LLMExtractOperator", "LLMMapOperator"]

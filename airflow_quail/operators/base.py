@@ -122,7 +122,10 @@ class BaseLLMOperator(BaseOperator):
                  review_output: str | None = None, max_workers: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         try:
-            self.cascade = self.settings.check_one("cascade", cascade, f"task {self.task_id!r}")
+            if "cascade" not in self.settings.model_fields and cascade is not None:
+                raise QuailError(f"task {self.task_id!r}: an {self.settings.kind} takes no cascade")
+            self.cascade = self.settings.check_one("cascade", cascade, f"task {self.task_id!r}") \
+                if "cascade" in self.settings.model_fields else None
             check_review(review_output, self.cascade, f"task {self.task_id!r}")
             self.max_workers = check_count(max_workers, f"task {self.task_id!r}: max_workers")
         except QuailError as e:

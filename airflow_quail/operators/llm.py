@@ -1,13 +1,17 @@
-"""LLM filter, classify and join operators: each names its inputs and builds its spec; the rest
-is BaseLLMOperator's."""
+"""LLM filter, classify, join, extract and map operators: each names its inputs and builds its spec;
+the rest is BaseLLMOperator's."""
 
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.exceptions import AirflowException
+
 from airflow_quail.operators.base import BaseLLMOperator
 from quail.kinds.classify import ClassifySettings
+from quail.kinds.extract import ExtractSettings, parse_fields
 from quail.kinds.filter import FilterSettings
 from quail.kinds.join import JoinSettings
+from quail.kinds.map import DEFAULT_COLUMN, MapSettings
 from quail.specs import OperatorSpec
 
 
@@ -122,3 +126,76 @@ class LLMJoinOperator(BaseLLMOperator):
                                    "calibration": self.calibration, "cascade": self.cascade},
                                   f"task {self.task_id!r}").spec(self.task_id, self.target)
 
+
+class LLMExtractOperator(BaseLLMOperator):
+    """Fills in typed fields from each row of `source`, adding one column per field and `truncated`.
+    The model writes one JSON object per row, held to the fields' JSON Schema as it writes (greedy:
+    the same input gives the same output). After a filter or classify of the same column, the
+    documents' KV is reused, not computed again.
+
+    :param source: as for LLMFilterOperator (templated)
+    :param text_column: the column whose text the fields are read from
+    :param fields: each field's name and type (str, int, float, bool, date, list[str], or an enum's
+        values): a mapping (``{"amount": "float", "sentiment": ["positive", "negative"]}``, or a
+        field to ``{"type": ..., "description": ...}``), a JSON Schema object, or a pydantic model
+        class. Each may be null where the document does not say (templated, as a mapping)
+    :param instruction: what to extract, shown before the field list (templated)
+    :param max_new_tokens: the most tokens written per row; a row cut there is `truncated`, its
+        fields null
+    """
+
+    template_fields: Sequence[str] = ("source", "target", "fields", "instruction", "quail_plan")
+    template_fields_renderers = {"quail_plan": "json", "fields": "json"}
+    settings = ExtractSettings
+
+    def __init__(self, *, source: str, text_column: str, fields: Any, instruction: str | None = None,
+                 max_new_tokens: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        try:  # a pydantic class or a JSON Schema becomes a mapping: what a DAG serializes and templates
+            parsed = parse_fields(fields)
+        except ValueError as e:
+            raise AirflowException(f"task {self.task_id!r}: {e}") from None
+        self.fields = {f.name: {"type": f.type, "description": f.description, "values": list(f.values)}
+                       for f in parsed}
+        self.source, self.text_column, self.instruction = source, text_column, instruction
+        self.max_new_tokens = max_new_tokens
+        self._declare_assets(kwargs)
+
+    def inputs(self) -> list[tuple[str, str]]:
+        return [(self.source, self.text_column)]
+
+    def spec(self) -> OperatorSpec:
+        return ExtractSettings.parse({"input": self.source, "column": self.text_column, "fields": self.fields,
+                                      "instruction": self.instruction, "max_new_tokens": self.max_new_tokens},
+                                     f"task {self.task_id!r}").spec(self.task_id, self.target)
+
+
+class LLMMapOperator(BaseLLMOperator):
+    """Writes a short text for each row of `source` by `instruction`, adding `output_column` and
+    `truncated` (greedy: the same input gives the same text).
+
+    :param source: as for LLMFilterOperator (templated)
+    :param text_column: the column whose text the instruction is applied to
+    :param instruction: what to write: "Summarize the review in one sentence." (templated)
+    :param output_column: the column it writes
+    :param max_new_tokens: the most tokens written per row; a row cut there is `truncated`
+    """
+
+    template_fields: Sequence[str] = ("source", "target", "instruction", "quail_plan")
+    template_fields_renderers = {"quail_plan": "json"}
+    settings = MapSettings
+
+    def __init__(self, *, source: str, text_column: str, instruction: str, output_column: str = DEFAULT_COLUMN,
+                 max_new_tokens: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.source, self.text_column, self.instruction = source, text_column, instruction
+        self.output_column, self.max_new_tokens = output_column, max_new_tokens
+        self._declare_assets(kwargs)
+
+    def inputs(self) -> list[tuple[str, str]]:
+        return [(self.source, self.text_column)]
+
+    def spec(self) -> OperatorSpec:
+        return MapSettings.parse({"input": self.source, "column": self.text_column, "instruction": self.instruction,
+                                  "output_column": self.output_column, "max_new_tokens": self.max_new_tokens},
+                                 f"task {self.task_id!r}").spec(self.task_id, self.target)

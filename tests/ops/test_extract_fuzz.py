@@ -1,0 +1,54 @@
+"""Whatever fields are asked, every complete output parses and validates against their JSON Schema,
+and its values are of their columns' types: the grammar allows nothing else (fuzzed)."""
+
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quail.executor.engine import PhysicalPlan
+from quail.kinds.extract import json_schema
+from quail.session import Session
+from quail.specs import FIELD_TYPES, FieldSpec
+
+TEXTS = ["Acme Corp paid $1,250.00 on 2024-03-01 for 40 widgets. Great service!",
+         "The striker scored twice as Arsenal beat Spurs 3-1 on Sunday."]
+PY = {"str": str, "int": int, "float": (int, float), "bool": bool, "enum": str, "list[str]": list}
+WORDS = st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8)
+
+
+@st.composite
+def fields(draw):
+    names = draw(st.lists(WORDS.filter(lambda n: n not in ("row", "truncated")), min_size=1, max_size=4,
+                          unique=True))
+    out = []
+    for name in names:
+        kind = draw(st.sampled_from(FIELD_TYPES))
+        values = tuple(draw(st.lists(WORDS, min_size=1, max_size=4, unique=True))) if kind == "enum" else ()
+        out.append(FieldSpec(name, kind, draw(st.sampled_from(["", "as the document says"])), values))
+    return tuple(out)
+
+
+@pytest.fixture(scope="module")
+def session(smollm2):
+    return Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields())
+def test_every_complete_output_validates_against_its_schema(session, fs):
+    r, stats = session.extract(TEXTS, fs, max_new_tokens=60)
+    schema = json_schema(fs)
+    for values, written in zip(r.values, r.written.written):
+        if written.truncated:
+            assert values is None and len(written.tokens) == 60
+            continue
+        obj = json.loads(session.loaded.tokenizer.decode(list(written.tokens)))
+        jsonschema.validate(obj, schema)
+        for f in fs:
+            v = values[f.name]
+            assert v is None or isinstance(v, PY.get(f.type, object)), (f, v)
+            assert f.type != "enum" or v is None or v in f.values
+    assert stats.tokens_computed + sum(stats.tokens_reused.values()) == stats.tokens_naive

@@ -340,3 +340,19 @@ def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(tmp_p
     assert keys[0] not in found and len(found) == 11 and "not answers" in caplog.text
     store.put([(keys[0], [0.75])])
     assert AnswerStore(path).get(keys[:1], 1) == {keys[0]: [0.75]}
+
+
+def test_a_written_output_is_a_flag_then_whole_token_ids_and_nothing_else_passes():
+    from array import array
+
+    from quail.answer_store import WRITTEN, as_answer
+
+    def raw(*values):
+        return array("d", values).tobytes()
+
+    assert as_answer(raw(0.0, 12.0, 7.0), WRITTEN) == [0.0, 12.0, 7.0]
+    assert as_answer(raw(1.0), WRITTEN) == [1.0]  # truncated before writing anything
+    for planted in (raw(0.5, 3.0), raw(0.0, -1.0), raw(0.0, 2.5), raw(0.0, float("nan")), raw(1.0, 2.0**40), b"",
+                    b"abc"):
+        assert as_answer(planted, WRITTEN) is None
+    assert as_answer(raw(0.0, 12.0), 2) is None  # a probability is at most 1

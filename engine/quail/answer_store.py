@@ -160,7 +160,7 @@ class AnswerStore:
 
     def get(self, keys: list[bytes], width: int, touch: bool = True) -> dict[bytes, list]:
         """The stored answers among `keys`, each `width` probabilities (1 for a yes/no, a classify's
-        labels). `touch`: they count as used now (for the LRU bound)."""
+        labels) or a written output (WRITTEN). `touch`: they count as used now (for the LRU bound)."""
         if self._db is None or not keys:
             return {}
         found: dict[bytes, list] = {}
@@ -183,7 +183,7 @@ class AnswerStore:
                             recent[bytes(k)] = (answer, used)
                 stale = []
                 for k in keys:
-                    if (hit := recent.get(k)) is not None and len(hit[0]) == width:
+                    if (hit := recent.get(k)) is not None and fits(hit[0], width):
                         found[k] = hit[0]
                         if hit[1] < now - self.touch_ns:
                             stale.append(k)
@@ -197,8 +197,8 @@ class AnswerStore:
                     self._db.execute("ROLLBACK")
                 self._failed("read", e)
         if damaged:
-            log.warning("the answer store %s holds %d value(s) that are not answers (of %d probabilities in "
-                        "[0, 1]): computed again", self.path, damaged, width)
+            log.warning("the answer store %s holds %d value(s) that are not answers (of %s): computed again",
+                        self.path, damaged, answer_words(width))
         return found
 
     def put(self, items: Iterable[tuple[bytes, list]]) -> None:
@@ -267,12 +267,28 @@ class AnswerStore:
             self._db = None
 
 
+WRITTEN = 0  # the width of a written output (an extract's, a map's): truncated or not (1 or 0), then its tokens
+
+
 def as_answer(value: object, width: int) -> list[float] | None:
-    """A stored value as `width` probabilities, or None if it is not one (damaged or planted)."""
-    if not isinstance(value, bytes) or len(value) != 8 * width:
+    """A stored value as `width` probabilities, or as a written output (`WRITTEN`), or None if it
+    is not one (damaged or planted)."""
+    if not isinstance(value, bytes) or not value or len(value) % 8 or (width and len(value) != 8 * width):
         return None
     answer = array("d", value).tolist()
+    if width == WRITTEN:
+        ok = answer[0] in (0.0, 1.0) and all(t.is_integer() and 0 <= t < 1 << 31 for t in answer[1:])
+        return answer if ok else None
     return answer if all(0.0 <= p <= 1.0 for p in answer) else None  # NaN is neither
+
+
+def fits(answer: list[float], width: int) -> bool:
+    """Whether a stored answer is of this width (any written output is of WRITTEN's)."""
+    return len(answer) == width or (width == WRITTEN and len(answer) >= 1)
+
+
+def answer_words(width: int) -> str:
+    return "written outputs" if width == WRITTEN else f"{width} probabilities in [0, 1]"
 
 
 def bound_bytes() -> int:

@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from quail.answer_store import RECENT, as_answer, bound_bytes
+from quail.answer_store import RECENT, answer_words, as_answer, bound_bytes, fits
 from quail.errors import QuailError
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,8 @@ class PostgresAnswerStore:
             log.warning("the answer store %s answers again: storing resumes", self.path)
 
     def get(self, keys: list[bytes], width: int, touch: bool = True) -> dict[bytes, list]:
-        """The stored answers among `keys`, each `width` probabilities; `touch`: they count as used now."""
+        """The stored answers among `keys`, each `width` probabilities or a written output (WRITTEN);
+        `touch`: they count as used now."""
         if not keys:
             return {}
         now = time.time_ns()
@@ -138,11 +139,11 @@ class PostgresAnswerStore:
         except (SQLAlchemyError, OSError) as e:
             self._failed("read", e)
         with self._lock:
-            found = {k: hit[0] for k in keys if (hit := self._recent.get(k)) is not None and len(hit[0]) == width}
+            found = {k: hit[0] for k in keys if (hit := self._recent.get(k)) is not None and fits(hit[0], width)}
             stale = sorted(k for k in found if self._recent[k][1] < now - self.touch_ns)
         if damaged:
-            log.warning("the answer store %s holds %d value(s) that are not answers (of %d probabilities in "
-                        "[0, 1]): computed again", self.path, damaged, width)
+            log.warning("the answer store %s holds %d value(s) that are not answers (of %s): computed again",
+                        self.path, damaged, answer_words(width))
         if touch and stale and self.writable:
             self._touch(stale, now)
         return found

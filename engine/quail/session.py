@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from quail.answer_store import answer_key
+from quail.answer_store import WRITTEN, answer_key
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
@@ -31,7 +31,7 @@ from quail.model.registry import DEFAULT_MODEL, EMBEDDED
 from quail.ops.calibration import CONTENT_FREE, column_means, labels_given, yes_given
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
-from quail.ops.generate import GenerateResult, run_generate
+from quail.ops.generate import GenerateResult, Written, run_generate
 from quail.ops.grammar import FreeText, Grammar, JsonSchema, llg_tokenizer
 from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import PromptLayout
@@ -323,14 +323,36 @@ class Session:
             raise QuailError(f"{self.loaded.name}'s tokenizer has no end-of-text token: it cannot extract or map")
         return stop
 
-    def _written(self, texts: list[str], question: list[int], grammar: Grammar, most: int, reuse: bool | Reuse,
-                 retain: bool | Retain | None, truncate: bool, progress: Callable[[int, int], None] | None,
-                 rows: list[int] | None) -> tuple[GenerateResult, Stats]:
+    def written_keys(self, asked: str, docs: list[list[int]]) -> list[bytes]:
+        """The answer store's keys of each document's written output; `asked` names the kind, its
+        prompt, its schema and max_new_tokens."""
+        return [answer_key(self.loaded.identity, asked, d) for d in docs]
+
+    def _written(self, texts: list[str], question: list[int], grammar: Grammar, most: int, asked: str,
+                 reuse: bool | Reuse, retain: bool | Retain | None, truncate: bool,
+                 progress: Callable[[int, int], None] | None, rows: list[int] | None) -> tuple[GenerateResult, Stats]:
+        """run_generate, with the outputs the store holds and keeping the new ones."""
         docs = self.documents(texts, self.layout.documents, len(question) + most, truncate, rows)
+        store = self._store(reuse)
+        keys = self.written_keys(asked, docs.tokens) if store is not None else None
+        found = store.get(keys, WRITTEN) if store is not None and keys else {}
+        known = [Written(tuple(int(t) for t in v[1:]), bool(v[0])) if (v := found.get(k)) else None
+                 for k in keys] if keys else None
         result, stats = run_generate(self.engine, docs.tokens, question, grammar, most, _reuse(reuse),
-                                     _retain(retain), progress)
+                                     _retain(retain), progress, known)
+        if store is not None and keys:
+            store.put((keys[i], [float(w.truncated), *map(float, w.tokens)]) for i, w in enumerate(result.written)
+                      if i not in result.from_store)
         stats.rows_truncated = docs.truncated
         return result, stats
+
+    @staticmethod
+    def extract_asked(question: list[int], fields: tuple[FieldSpec, ...], most: int) -> str:
+        return f"extract\x1f{question}\x1f{json.dumps(json_schema(fields), sort_keys=True)}\x1f{most}"
+
+    @staticmethod
+    def map_asked(question: list[int], most: int) -> str:
+        return f"map\x1f{question}\x1f{most}"
 
     def extract(self, texts: list[str], fields: tuple[FieldSpec, ...] | list[FieldSpec],
                 instruction: str = DEFAULT_INSTRUCTION, max_new_tokens: int | None = None,
@@ -345,7 +367,8 @@ class Session:
         grammar = JsonSchema(self._grammar_tokenizer, json_schema(fields), self.loaded.config.vocab_size,
                              self._stop[0])
         question = render_extract(self.layout, instruction, fields)
-        result, stats = self._written(texts, question, grammar, most, reuse, retain, truncate, progress, rows)
+        result, stats = self._written(texts, question, grammar, most, self.extract_asked(question, fields, most), reuse,
+                                      retain, truncate, progress, rows)
         values: list[dict | None] = []
         for w in result.written:
             obj = None if w.truncated else json.loads(self.loaded.tokenizer.decode(list(w.tokens)))
@@ -360,7 +383,7 @@ class Session:
         at max_new_tokens is truncated (its text is what was written)."""
         most = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
         question = render_map(self.layout, instruction)
-        result, stats = self._written(texts, question, FreeText(self._stop), most, reuse, retain, truncate, progress,
-                                      rows)
+        result, stats = self._written(texts, question, FreeText(self._stop), most, self.map_asked(question, most),
+                                      reuse, retain, truncate, progress, rows)
         texts_out = [self.loaded.tokenizer.decode(list(w.tokens)).strip() for w in result.written]
         return Mapped(texts_out, [w.truncated for w in result.written], result), stats

@@ -110,3 +110,22 @@ def test_bad_extracts_are_refused_before_any_work(docs, tmp_path, capsys, argv, 
     code, err = run(capsys, "extract", docs, "--text-column", "text", *argv, "--output", out, *MODEL)
     assert code == 2 and "quail: error:" in err and says in err, err
     assert not out.exists()
+
+
+def test_a_rerun_finds_its_outputs_in_the_store_and_a_changed_schema_misses(docs, tmp_path, capsys):
+    def extract(*fields, n):
+        out, stats = tmp_path / f"o{n}.parquet", tmp_path / f"s{n}.json"
+        code, err = run(capsys, "extract", docs, "--text-column", "text", *fields, "--max-new-tokens", "60",
+                        "--output", out, "--stats", stats, *MODEL)
+        assert code == 0, err
+        return pq.read_table(out).to_pylist(), json.loads(stats.read_text())
+
+    fields = ["--field", "company:str", "--field", "amount:float"]
+    first, s1 = extract(*fields, n=1)
+    again, s2 = extract(*fields, n=2)
+    assert again == first
+    assert s2["tokens_computed"] == s2["tokens_generated"] == 0
+    assert s2["tokens_reused"]["answers"] == s2["tokens_naive"] == s1["tokens_naive"]
+    assert s2["predicted"]["tokens_computed"] == 0
+    _, s3 = extract(*fields, "--field", "paid:bool", n=3)  # another schema: another question
+    assert s3["tokens_reused"]["answers"] == 0 and s3["tokens_generated"] > 0

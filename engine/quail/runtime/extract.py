@@ -1,16 +1,18 @@
 """An extract at run time: each field's value per row, typed, and whether the row was truncated."""
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from quail.kinds.extract import Extract
+from quail.answer_store import WRITTEN
+from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS, Extract, render
 from quail.runtime.base import Inputs, KindRuntime
 from quail.runtime.outputs import scatter
 from quail.specs import FieldSpec, OperatorSpec
 
 if TYPE_CHECKING:
+    from quail.answer_stores import Store
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
@@ -45,3 +47,15 @@ class ExtractRuntime(KindRuntime):
     def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         [table] = tables
         return scatter(answers, table.num_rows, self.kind.columns_added(spec), source, table)
+
+    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+                   probes: bool) -> dict[int, int]:
+        q = render(session.layout, spec.questions[0], spec.fields)
+        asked = session.extract_asked(q, spec.fields, spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS)
+        return written_hits(cast("Store", session.store), session.written_keys(asked, docs), docs, len(q))
+
+
+def written_hits(store: "Store", keys: list[bytes], docs: list[list[int]], question: int) -> dict[int, int]:
+    """The documents whose written output the store holds, with the tokens of the prompt each stands for."""
+    found = store.get(keys, WRITTEN, touch=False)
+    return {i: len(d) + question for i, (d, k) in enumerate(zip(docs, keys)) if k in found}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import llguidance
-import llguidance.torch as lt
+import llguidance.numpy as lt
 import numpy as np
 
 
@@ -82,7 +82,7 @@ class JsonMatcher:
 
     def choose(self, logprobs: np.ndarray) -> int:
         lt.fill_next_token_bitmask(self._m, self._mask, 0)
-        allowed = np.unpackbits(self._mask.numpy().view(np.uint8), bitorder="little")[: len(logprobs)]
+        allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little")[: len(logprobs)]
         return int(np.argmax(np.where(allowed.astype(bool), logprobs, -np.inf)))
 
     def accept(self, token: int) -> bool:

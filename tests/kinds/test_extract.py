@@ -59,3 +59,4 @@ def test_a_spec_that_arrives_whole_is_checked_as_a_file_is():
     m = KINDS["map"].from_settings("m", {"input": "t", "column": "text", "instruction": "Sum it up."}, None)
     KINDS["map"].validate(m, "a job submission")
     assert m.output_column == "mapped" and m.max_new_tokens == 256
+    assert spec.calibration == m.calibration == "none"  # nothing is read off one position to calibrate

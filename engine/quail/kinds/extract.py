@@ -189,7 +189,7 @@ class ExtractSettings(Settings):
     def spec(self, name: str, output: str | None) -> OperatorSpec:
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.instruction or DEFAULT_INSTRUCTION,),
                             fields=self.fields, max_new_tokens=self.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-                            output=output)
+                            calibration="none", output=output)  # written, not read off one position
 
     @classmethod
     def body(cls, spec: OperatorSpec) -> dict:

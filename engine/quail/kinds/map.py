@@ -30,7 +30,8 @@ class MapSettings(Settings):
     def spec(self, name: str, output: str | None) -> OperatorSpec:
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.instruction or "",),
                             output_column=self.output_column,
-                            max_new_tokens=self.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, output=output)
+                            max_new_tokens=self.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, calibration="none",
+                            output=output)
 
     @classmethod
     def body(cls, spec: OperatorSpec) -> dict:

@@ -17,7 +17,12 @@ def _accounting(p: Prediction | Stats) -> str:
     saved = 1 - p.tokens_computed / p.tokens_naive if p.tokens_naive else 0.0
     return (f"{p.tokens_computed:,.0f} computed of {p.tokens_naive:,.0f} without reuse ({saved:.0%} saved); "
             f"reused: rewind {r['rewind']:,.0f}, prefix {r['prefix']:,.0f}, retention {r['retention']:,.0f}"
-            + (f", answers {r['answers']:,.0f}" if r.get("answers") else ""))
+            + (f", answers {r['answers']:,.0f}" if r.get("answers") else "")
+            + (_written(p.tokens_generated, isinstance(p, Prediction)) if p.tokens_generated else ""))
+
+
+def _written(tokens: float, bound: bool) -> str:
+    return f"; written {'at most ' if bound else ''}{tokens:,.0f}"
 
 
 def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel, arena_pages: int,

@@ -92,7 +92,8 @@ def claim_location(location: str) -> Path | None:
     return path
 
 
-AHEAD = ("rows", "tokens_computed", "document_tokens_computed", "retention")  # a consumer computed ahead, reported
+# a consumer computed ahead, reported
+AHEAD = ("rows", "tokens_computed", "document_tokens_computed", "retention", "tokens_generated")
 
 
 class Worker(flight.FlightServerBase):
@@ -253,6 +254,7 @@ class Worker(flight.FlightServerBase):
                     seen["tokens_computed"] += done.tokens_computed
                     seen["document_tokens_computed"] += done.document_tokens_computed
                     seen["retention"] += done.tokens_reused["retention"]
+                    seen["tokens_generated"] += done.tokens_generated
             except Exception as e:  # computing ahead only saves work: it never fails the producer's job
                 print(f"quail worker: computing {c.name} ahead failed: {e}", file=sys.stderr, flush=True)
 

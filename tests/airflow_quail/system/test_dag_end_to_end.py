@@ -134,3 +134,28 @@ def test_deferrable_tasks_wait_in_the_trigger_and_resume(airflow_env, tmp_path):
     assert set(_jokes_outputs(out, tmp_path / "demo.db")) == set(JOKES_TASKS)
     stats = _first_run(worker_jobs(tmp_path))
     assert stats["audience"]["tokens_reused"]["retention"] > 0
+
+
+def test_support_dag_extracts_from_the_tickets_the_filter_kept_reusing_their_kv(airflow_env, tmp_path):
+    import sqlalchemy as sa
+
+    env, airflow = airflow_env
+    out = {}
+    for reuse in ("1", "0"):
+        dags_test(env, airflow, "quail_support", QUAIL_DAG_REUSE=reuse, QUAIL_DAG_OUTPUT=str(tmp_path / reuse))
+        out[reuse] = pq.read_table(tmp_path / reuse / "triage.parquet")
+    with sa.create_engine(f"sqlite:///{tmp_path / 'demo.db'}").connect() as c:
+        kept = c.execute(sa.text("SELECT COUNT(*) FROM unhappy_tickets")).scalar()
+    assert out["1"].num_rows == kept > 0
+    assert out["1"].column_names == ["id", "text", "product", "problem", "wants_refund", "urgency", "truncated"]
+    assert out["1"].to_pylist() == out["0"].to_pylist()  # greedy, fp32: reuse changes no token
+    assert {r["urgency"] for r in out["1"].to_pylist()} <= {"low", "medium", "high", None}
+    jobs = worker_jobs(tmp_path)
+    stats = _first_run(jobs)
+    # the worker wrote the triage ahead, in the filter's job, on the tickets' KV the filter had just
+    # computed; the triage task then found every output in the answer store
+    [ahead] = [j["ahead"]["triage"] for j in jobs if j["operator"] == "unhappy" and j["ahead"]]
+    assert ahead["rows"] == kept and ahead["retention"] > 0 and ahead["document_tokens_computed"] == 0
+    assert ahead["tokens_generated"] > 0
+    assert stats["triage"]["tokens_computed"] == stats["triage"]["tokens_generated"] == 0
+    assert stats["triage"]["tokens_reused"]["answers"] == stats["triage"]["tokens_naive"]

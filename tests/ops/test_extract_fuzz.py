@@ -36,7 +36,7 @@ def session(smollm2):
     return Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields())
 def test_every_complete_output_validates_against_its_schema(session, fs):
     r, stats = session.extract(TEXTS, fs, max_new_tokens=60)

@@ -134,7 +134,7 @@ Fields = Annotated[tuple[FieldSpec, ...], BeforeValidator(_fields)]
 NewTokens = Annotated[int | None, BeforeValidator(_tokens)]
 
 
-def check_writing(settings: Settings, max_new_tokens: int | None) -> None:
+def check_writing(max_new_tokens: int | None) -> None:
     """What an extract and a map both refuse: a budget of no tokens."""
     if max_new_tokens is not None and max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -202,7 +202,7 @@ class ExtractSettings(Settings):
 
     def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
-        check_writing(self, self.max_new_tokens)
+        check_writing(self.max_new_tokens)
         if not self.fields:
             raise ValueError("give at least one field")
         names = [f.name for f in self.fields]
@@ -215,7 +215,25 @@ class ExtractSettings(Settings):
                 raise ValueError(f"field name {n!r} is a column the output has besides the fields; rename it")
 
 
-class Extract(OperatorKind):
+class Writes(OperatorKind):
+    """What an extract and a map share: one prompt per row after the document, then what it writes."""
+
+    def asks_more_than_once(self, spec: OperatorSpec) -> bool:
+        return False
+
+    def written(self, docs: list[list[int]], question: list[int], spec: OperatorSpec) -> OperatorTokens:
+        return OperatorTokens(docs, [len(question)], written=spec.max_new_tokens or 0)
+
+    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
+        return [(1.0, t.questions[0])], 0
+
+
+def add_max_new_tokens(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, help=f"the most tokens written per row (default "
+                                                      f"{DEFAULT_MAX_NEW_TOKENS})")
+
+
+class Extract(Writes):
     name = "extract"
     summary = "typed fields out of each row, as columns"
     settings = ExtractSettings
@@ -228,8 +246,7 @@ class Extract(OperatorKind):
                        help=f"a field to fill in, TYPE one of {', '.join(t for t in FIELD_TYPES if t != 'enum')} or "
                             f"values joined by '|'; repeat for each")
         p.add_argument("--instruction", help="what to extract, before the field list")
-        p.add_argument("--max-new-tokens", type=int, help=f"the most tokens written per row "
-                                                          f"(default {DEFAULT_MAX_NEW_TOKENS})")
+        add_max_new_tokens(p)
 
     def from_args(self, args: argparse.Namespace) -> tuple[dict[str, str], OperatorSpec]:
         settings = ExtractSettings.parse({"input": "input", "column": args.text_column, "fields": args.field,
@@ -237,16 +254,9 @@ class Extract(OperatorKind):
                                          "extract", {"questions": "--instruction"})
         return {"input": args.input}, settings.spec("extract", args.output)
 
-    def asks_more_than_once(self, spec: OperatorSpec) -> bool:
-        return False
-
     def columns_added(self, spec: OperatorSpec) -> list[str]:
         return [f.name for f in spec.fields] + ["truncated"]
 
     def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
                partners: list[str]) -> OperatorTokens:
-        return OperatorTokens(docs, [len(render(layout, spec.questions[0], spec.fields))],
-                              written=spec.max_new_tokens or 0)
-
-    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
-        return [(1.0, t.questions[0])], 0
+        return self.written(docs, render(layout, spec.questions[0], spec.fields), spec)

@@ -4,8 +4,8 @@ after the document, to the model's end of turn or max_new_tokens (then marked tr
 import argparse
 from typing import ClassVar
 
-from quail.kinds.base import Layout, OperatorKind, OperatorTokens
-from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS, RESERVED, NewTokens, check_writing
+from quail.kinds.base import Layout, OperatorTokens
+from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS, RESERVED, NewTokens, Writes, add_max_new_tokens, check_writing
 from quail.kinds.settings import Name, Settings, Text
 from quail.specs import OperatorSpec
 
@@ -44,12 +44,12 @@ class MapSettings(Settings):
 
     def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
-        check_writing(self, self.max_new_tokens)
+        check_writing(self.max_new_tokens)
         if not self.output_column.strip() or self.output_column in RESERVED:
             raise ValueError(f"output_column {self.output_column!r} must be a name other than {', '.join(RESERVED)}")
 
 
-class Map(OperatorKind):
+class Map(Writes):
     name = "map"
     summary = "a short text written for each row by an instruction"
     settings = MapSettings
@@ -59,8 +59,7 @@ class Map(OperatorKind):
         p.add_argument("--text-column", required=True)
         p.add_argument("--instruction", required=True, help="what to write for each row")
         p.add_argument("--output-column", default=DEFAULT_COLUMN, help="the column it writes")
-        p.add_argument("--max-new-tokens", type=int, help=f"the most tokens written per row "
-                                                          f"(default {DEFAULT_MAX_NEW_TOKENS})")
+        add_max_new_tokens(p)
 
     def from_args(self, args: argparse.Namespace) -> tuple[dict[str, str], OperatorSpec]:
         settings = MapSettings.parse({"input": "input", "column": args.text_column, "instruction": args.instruction,
@@ -68,15 +67,9 @@ class Map(OperatorKind):
                                      "map", {"questions": "--instruction"})
         return {"input": args.input}, settings.spec("map", args.output)
 
-    def asks_more_than_once(self, spec: OperatorSpec) -> bool:
-        return False
-
     def columns_added(self, spec: OperatorSpec) -> list[str]:
         return [spec.output_column or DEFAULT_COLUMN, "truncated"]
 
     def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
                partners: list[str]) -> OperatorTokens:
-        return OperatorTokens(docs, [len(render(layout, spec.questions[0]))], written=spec.max_new_tokens or 0)
-
-    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
-        return [(1.0, t.questions[0])], 0
+        return self.written(docs, render(layout, spec.questions[0]), spec)

@@ -129,3 +129,25 @@ def test_a_rerun_finds_its_outputs_in_the_store_and_a_changed_schema_misses(docs
     assert s2["predicted"]["tokens_computed"] == 0
     _, s3 = extract(*fields, "--field", "paid:bool", n=3)  # another schema: another question
     assert s3["tokens_reused"]["answers"] == 0 and s3["tokens_generated"] > 0
+
+
+def test_a_map_after_an_extract_of_the_same_column_reads_each_document_once(docs, tmp_path, capsys):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+model: smollm2-135m
+tables: {{docs: {docs}}}
+operators:
+  - name: fields
+    extract: {{input: docs, column: text, fields: {{company: str}}, max_new_tokens: 30}}
+    output: {tmp_path / "fields.parquet"}
+  - name: summary
+    map: {{input: docs, column: text, instruction: "Summarize it in five words.", max_new_tokens: 20}}
+    output: {tmp_path / "summary.parquet"}
+    stats: {tmp_path / "s.json"}
+""")
+    code, err = run(capsys, "pipeline", path, "--dtype", "float32")
+    assert code == 0, err
+    s = json.loads((tmp_path / "s.json").read_text())
+    # every document's KV, kept by the extract for the map: only the map's question is computed
+    assert s["document_tokens_computed"] == 0 and s["tokens_reused"]["retention"] > 0
+    assert pq.read_table(tmp_path / "summary.parquet").column_names == ["id", "text", "mapped", "truncated"]

@@ -3,6 +3,7 @@ DAG run, isolation between runs, and the token."""
 
 import time
 
+import pyarrow as pa
 import pytest
 
 from quail.errors import QuailError
@@ -92,6 +93,30 @@ def test_errors_name_the_problem(worker, tmp_path):
         WorkerClient(f"grpc+unix://{tmp_path}/absent.sock", timeout=2).status()
     with pytest.raises(QuailError, match="needs a token"):
         Worker(None, f"grpc+unix://{tmp_path}/w2.sock", token="")
+
+
+def test_error_replies_carry_a_message_and_never_a_traceback(worker, monkeypatch, capsys):
+    import pyarrow.flight as flight
+
+    server, location = worker
+    client = flight.FlightClient(location)
+    options = flight.FlightCallOptions(headers=[(b"authorization", b"Bearer s3cret")])
+    what = flight.FlightDescriptor.for_command(b"x")
+    calls = {"list_flights": lambda: list(client.list_flights(options=options)),
+             "get_flight_info": lambda: client.get_flight_info(what, options=options),
+             "get_schema": lambda: client.get_schema(what, options=options),
+             "do_exchange": lambda: client.do_exchange(what, options=options)[1].read_all(),
+             "do_put": lambda: client.do_put(what, pa.schema([("x", pa.int64())]), options=options)[1].read(),
+             "do_action": lambda: list(client.do_action(flight.Action("info", b""), options=options))}
+    monkeypatch.setattr(server, "info", lambda: 1 / 0)  # an error nobody foresaw
+    for name, call in calls.items():
+        with pytest.raises((pa.ArrowException, OSError)) as e:  # a refusal in the middleware arrives as OSError
+            call()
+        said = str(e.value)
+        assert "Traceback" not in said and "File \"" not in said, (name, said)
+        assert {"do_put": "a malformed job submission", "do_action": "the worker failed: ZeroDivisionError"}.get(
+            name, f"{name} is not offered") in said, (name, said)
+    assert "Traceback" in capsys.readouterr().err  # the worker's owner sees where it failed
 
 
 def test_a_failed_job_reports_its_error(worker):

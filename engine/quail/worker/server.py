@@ -10,6 +10,7 @@ forward passes; KV retained by one task is there for the next. Results stay unti
 for `ttl` seconds.
 """
 
+import functools
 import hmac
 import json
 import os
@@ -17,9 +18,11 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -53,6 +56,11 @@ class Cancelled(QuailError):
     """A job cancelled while it ran: its rows in flight finished, nothing more was started."""
 
 
+OFFERED = "the Quail worker takes jobs by do_put and answers do_get and do_action (info, status, cancel)"
+NOT_OFFERED = {flight.FlightMethod.LIST_FLIGHTS: "list_flights", flight.FlightMethod.GET_FLIGHT_INFO: "get_flight_info",
+               flight.FlightMethod.GET_SCHEMA: "get_schema", flight.FlightMethod.DO_EXCHANGE: "do_exchange"}
+
+
 class _TokenCheck(flight.ServerMiddlewareFactory):
     def __init__(self, token: str):
         self.expected = f"Bearer {token}".encode()
@@ -61,6 +69,30 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
         sent = headers.get("authorization", [])
         if len(sent) != 1 or not hmac.compare_digest(sent[0].encode(), self.expected):
             raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
+        if info.method in NOT_OFFERED:  # refused here: pyarrow's handlers of these reply with a traceback
+            raise flight.FlightServerError(f"{NOT_OFFERED[info.method]} is not offered: {OFFERED}")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def message_only(call: F) -> F:
+    """A Flight call whose errors reach the client as their message alone: a traceback would tell
+    whoever holds the token the server's code and paths. An error nobody foresaw is printed here,
+    with its traceback, for the worker's owner."""
+    @functools.wraps(call)
+    def replying(*args: Any) -> Any:
+        try:
+            return call(*args)
+        except flight.FlightError:
+            raise
+        except QuailError as e:
+            raise flight.FlightServerError(str(e)) from None
+        except Exception as e:
+            traceback.print_exc(file=sys.stderr)
+            raise flight.FlightServerError(f"the worker failed: {type(e).__name__}: {e}") from None
+
+    return replying  # type: ignore[return-value]
 
 
 def claim_location(location: str) -> Path | None:
@@ -162,17 +194,15 @@ class Worker(flight.FlightServerBase):
         return not self.stale
 
     # Flight calls
+    @message_only
     def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
                reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
         self.last_call = time.time()
         if not self._current():
             raise flight.FlightServerError("the model's files changed since this worker loaded them; it is stopping",
                                            extra_info=MODEL_CHANGED)
-        try:
-            submission = parse_submit(descriptor.command)
-            inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
-        except QuailError as e:
-            raise flight.FlightServerError(str(e)) from None
+        submission = parse_submit(descriptor.command)  # a QuailError is the client's message (message_only)
+        inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
         documents = documents_digest(inputs)
         content = content_digest(submission, self.model, documents)
         key = submission.identity.key
@@ -192,6 +222,7 @@ class Worker(flight.FlightServerBase):
                 self.runners.submit(self._run, job)
         writer.write(pa.py_buffer(json.dumps({"job": job.id, "attached": attached}).encode()))
 
+    @message_only
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
         self.last_call = time.time()
         job = self._job(ticket.ticket.decode("utf-8", "replace"))
@@ -205,7 +236,8 @@ class Worker(flight.FlightServerBase):
                 ("status", "one job's status (body: its id) or a listing of all jobs without their ids"),
                 ("cancel", "cancel a job: a queued one at once, a running one after its rows in flight")]
 
-    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[flight.Result]:
+    @message_only
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[flight.Result]:
         self.last_call = time.time()
         if action.body.size > MAX_ACTION_BYTES:
             raise flight.FlightServerError(f"an action body of {action.body.size:,} bytes: at most {MAX_ACTION_BYTES}")
@@ -224,7 +256,7 @@ class Worker(flight.FlightServerBase):
             doc = job.status()
         else:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
-        yield flight.Result(json.dumps(doc).encode())
+        return [flight.Result(json.dumps(doc).encode())]  # built here, so that message_only sees its errors
 
     def info(self) -> dict:
         engine = self.session.engine

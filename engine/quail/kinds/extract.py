@@ -120,17 +120,13 @@ def parse_fields(value: Any) -> tuple[FieldSpec, ...]:
                      "pydantic model class, or a list of NAME:TYPE[=DESCRIPTION]")
 
 
-def _fields(value: Any, info: ValidationInfo) -> tuple[FieldSpec, ...]:
-    return parse_fields(value)
-
-
 def _tokens(value: Any, info: ValidationInfo) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise ValueError(f"{info.field_name!r} must be a whole number of tokens, got {value!r}")
     return value
 
 
-Fields = Annotated[tuple[FieldSpec, ...], BeforeValidator(_fields)]
+Fields = Annotated[tuple[FieldSpec, ...], BeforeValidator(parse_fields)]
 NewTokens = Annotated[int | None, BeforeValidator(_tokens)]
 
 

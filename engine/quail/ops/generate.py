@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
-from quail.executor.program import ALL, Extend, Program, ProgramGen
+from quail.executor.program import ALL, Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.ops.from_store import with_stored
@@ -73,9 +73,8 @@ def run_generate(engine: Engine, docs: list[list[int]], question: list[int], gra
     retain = retain if reuse.retention else None
     programs = []
     for doc in docs:
-        # the prompt and every token written but the last, and one page more, which a fork of a
-        # reused base may copy
-        pages = engine.cache.pages_for(len(doc) + len(question) + most) + 1
+        # one prompt, written on to its end, on top of a reused base whose partial page it may copy
+        pages = program_pages(engine.cache.pages_for, False, len(doc) + len(question), most, 1)
         programs.append(Program(_program(engine, doc, question, grammar, most, retain), pages, doc))
     written, stats = engine.run(programs, progress, reuse)
     return GenerateResult(written), stats

@@ -29,7 +29,28 @@ def column(f: FieldSpec, values: list[Any]) -> pa.Array:
     return pa.array(values, ARROW[f.type])
 
 
-class ExtractRuntime(KindRuntime):
+class WritesRuntime(KindRuntime):
+    """What an extract and a map share at run time: their columns placed beside the input's rows,
+    and the prediction's view of the outputs the answer store holds."""
+
+    def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
+        """What the store's keys name besides the document (Session.extract_asked, map_asked), and the
+        tokens of the prompt after the document."""
+        raise NotImplementedError
+
+    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+        [table] = tables
+        return scatter(answers, table.num_rows, self.kind.columns_added(spec), source, table)
+
+    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
+                   probes: bool) -> dict[int, int]:
+        asked, question = self.asked(session, spec)
+        keys = session.written_keys(asked, docs)
+        found = cast("Store", session.store).get(keys, WRITTEN, touch=False)
+        return {i: len(d) + question for i, (d, k) in enumerate(zip(docs, keys)) if k in found}
+
+
+class ExtractRuntime(WritesRuntime):
     kind = Extract()
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
@@ -44,18 +65,6 @@ class ExtractRuntime(KindRuntime):
         columns["truncated"] = pa.array(r.truncated, pa.bool_())
         return pa.table(columns), stats
 
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
-        [table] = tables
-        return scatter(answers, table.num_rows, self.kind.columns_added(spec), source, table)
-
-    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
-                   probes: bool) -> dict[int, int]:
+    def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
         q = render(session.layout, spec.questions[0], spec.fields)
-        asked = session.extract_asked(q, spec.fields, spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS)
-        return written_hits(cast("Store", session.store), session.written_keys(asked, docs), docs, len(q))
-
-
-def written_hits(store: "Store", keys: list[bytes], docs: list[list[int]], question: int) -> dict[int, int]:
-    """The documents whose written output the store holds, with the tokens of the prompt each stands for."""
-    found = store.get(keys, WRITTEN, touch=False)
-    return {i: len(d) + question for i, (d, k) in enumerate(zip(docs, keys)) if k in found}
+        return session.extract_asked(q, spec.fields, spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS), len(q)

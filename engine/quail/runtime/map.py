@@ -1,25 +1,23 @@
 """A map at run time: the text written for each row, and whether it was truncated."""
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS
 from quail.kinds.map import Map, render
-from quail.runtime.base import Inputs, KindRuntime
-from quail.runtime.extract import written_hits
-from quail.runtime.outputs import scatter
+from quail.runtime.base import Inputs
+from quail.runtime.extract import WritesRuntime
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
-    from quail.answer_stores import Store
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
 
 
-class MapRuntime(KindRuntime):
+class MapRuntime(WritesRuntime):
     kind = Map()
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
@@ -31,12 +29,6 @@ class MapRuntime(KindRuntime):
         return pa.table({"row": pa.array(rows, pa.int64()), written: pa.array(r.texts, pa.string()),
                          truncated: pa.array(r.truncated, pa.bool_())}), stats
 
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
-        [table] = tables
-        return scatter(answers, table.num_rows, self.kind.columns_added(spec), source, table)
-
-    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
-                   probes: bool) -> dict[int, int]:
+    def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
         q = render(session.layout, spec.questions[0])
-        asked = session.map_asked(q, spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS)
-        return written_hits(cast("Store", session.store), session.written_keys(asked, docs), docs, len(q))
+        return session.map_asked(q, spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS), len(q)

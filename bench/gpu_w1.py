@@ -12,6 +12,7 @@ reference on CPU by the tests, and here only compared with transformers' (bf16, 
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -251,6 +252,27 @@ def prepare(folder: str, n: int = 200) -> None:
                                                     "predicates": PREDICATES, "documents": texts}, indent=0))
     for f in ("tokenizer.json", "documents.json"):
         print(f"{out / f}: {(out / f).stat().st_size:,} bytes")
+    download_wheels(out / "wheels")
+
+
+# What the engine imports beyond the GPU machine's torch/transformers stack, as wheels for its
+# Python; bench/gpu_check.sh unpacks those that do not import there.
+GPU_WHEELS = ("pydantic", "pydantic_core", "annotated-types", "typing-inspection", "llguidance")
+GPU_PYTHON = "3.12"
+
+
+def download_wheels(folder: Path) -> None:
+    """Downloads GPU_WHEELS at the versions installed here, built for the GPU machine's Python."""
+    from importlib.metadata import version
+
+    pins = [f"{name}=={version(name)}" for name in GPU_WHEELS]
+    platforms = [arg for tag in ("2014", "_2_17", "_2_28", "_2_31") for arg in ("--platform", f"manylinux{tag}_x86_64")]
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    "--python-version", GPU_PYTHON, "--implementation", "cp",
+                    "--abi", "cp" + GPU_PYTHON.replace(".", ""), "--abi", "abi3", "--abi", "none",
+                    *platforms, "--dest", str(folder), *pins], check=True)
+    for wheel in sorted(folder.glob("*.whl")):
+        print(f"{wheel}: {wheel.stat().st_size:,} bytes")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """QuailHook: a client for the worker that a `quail` connection names, or for a local worker
 started on demand when the connection has no host (the embedded default)."""
 
+import threading
+
 from airflow.exceptions import AirflowNotFoundException
 from airflow.sdk import BaseHook
 
@@ -72,7 +74,7 @@ class QuailHook(BaseHook):
                                               say=self.log.info)
         return WorkerClient(location, token, timeout)
 
-    def fan_out(self, home: WorkerClient, dag: str, partition: int | None, cap: int | None) -> list[WorkerClient]:
+    def fan_out(self, home: WorkerClient, dag: str, partition: int | None, cap: int | None) -> "FanOut":
         """The workers one task's windows may run on at once: its home first, then the others of
         the connection that answer, in the partition's order, at most `cap` (by default the extra
         `max_workers`, else all of them). One: a connection of one worker, or a local one."""
@@ -80,11 +82,11 @@ class QuailHook(BaseHook):
         if cap is None:
             cap = check_count(extra.get("max_workers"), f"connection {self.quail_conn_id!r}: the extra 'max_workers'")
         if len(workers) < 2 or cap == 1:
-            return [home]
+            return FanOut([home])
         timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
         answering = _loads([w for w in placement(workers, dag, partition) if w != home.location], token)
         others = [_client(w, token, timeout) for w, info in answering.items() if not isinstance(info, str)]
-        return [home, *others][:cap]
+        return FanOut([home, *others][:cap])
 
     def _seconds(self, key: str, default: float, extra: dict | None = None) -> float:
         """An extra that is a number of seconds; `extra`: the extras already read, if they were."""
@@ -152,6 +154,46 @@ class QuailHook(BaseHook):
             self.log.warning("the partition's Quail worker %s does not answer: failing over to %s", chosen.order[0],
                              chosen.worker)
         return _client(chosen.worker, token, timeout)
+
+
+class FanOut:
+    """The workers one task's windows run on, window k on the k-th (modulo) of those not lost. A
+    window whose worker is lost moves to the next of them that answers, so the lost worker's share
+    spreads over the others, not all onto the task's home."""
+
+    def __init__(self, clients: list[WorkerClient]):
+        self.clients = clients
+        self._lost: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def _live(self) -> list[WorkerClient]:
+        return [c for c in self.clients if c.location not in self._lost]
+
+    def for_window(self, k: int) -> WorkerClient:
+        with self._lock:
+            live = self._live() or self.clients
+        return live[k % len(live)]
+
+    def instead_of(self, lost: WorkerClient, k: int) -> WorkerClient | None:
+        """Window k's worker now that `lost` does not answer: another of the fan-out that does, or
+        None if none does (the caller then waits for the task's own worker)."""
+        with self._lock:
+            self._lost.add(lost.location)
+        while True:
+            with self._lock:
+                live = self._live()
+            if not live:
+                return None
+            client = live[k % len(live)]
+            try:
+                client.info()
+                return client
+            except QuailError:
+                with self._lock:
+                    self._lost.add(client.location)
 
 
 def _loads(workers: list[str], token: str | None) -> dict[str, dict | str]:

@@ -16,7 +16,7 @@ from airflow.configuration import conf
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator, Context
 
-from airflow_quail.hooks.quail import QuailHook
+from airflow_quail.hooks.quail import FanOut, QuailHook
 from airflow_quail.io import SqlLocation, check_target, iter_source, read_source, source_rows, write_target
 from airflow_quail.lineage import operator_lineage
 from airflow_quail.planning import dag_plan
@@ -203,8 +203,8 @@ class BaseLLMOperator(BaseOperator):
             kept = threading.Lock()  # windows may end at once, on several workers
 
             def step(window: Window) -> WindowDone:
-                on = run if len(pool) == 1 else replace(run, client=pool[window.k % len(pool)])
-                record = self._window(on, window, ended)
+                on = run if len(pool) == 1 else replace(run, client=pool.for_window(window.k))
+                record = self._window(on, window, ended, pool)
                 with kept:
                     staged.append((window.k, record["digest"]))
                     where = record.get("worker", on.client.location)
@@ -245,16 +245,17 @@ class BaseLLMOperator(BaseOperator):
                 # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                 "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
 
-    def _fan_out(self, run: "_TaskRun", ended: tuple[int, dict] | None) -> list[WorkerClient]:
+    def _fan_out(self, run: "_TaskRun", ended: tuple[int, dict] | None) -> FanOut:
         """The workers this try's windows run on at once: the task's own alone when it defers (the
         triggerer waits for one job at a time) or resumes a deferred window; else its home and the
         connection's other workers, up to `max_workers`."""
         if self.deferrable or ended is not None:
-            return [run.client]
+            return FanOut([run.client])
         pool = run.hook.fan_out(run.client, *run.route, self.max_workers)
         if len(pool) > 1:
             run.model_of(run.client)  # every window is checked against the home's model
-            self.log.info("its windows run on %d workers at once: %s", len(pool), ", ".join(c.location for c in pool))
+            self.log.info("its windows run on %d workers at once: %s", len(pool),
+                          ", ".join(c.location for c in pool.clients))
         return pool
 
     def _budget(self, run: "_TaskRun") -> int | None:
@@ -295,10 +296,12 @@ class BaseLLMOperator(BaseOperator):
         return _TaskRun(identity, WindowStage(self.target, where if isinstance(where, Path) else None, identity),
                         hook, route, client, *self.plan_entry(), reuse, source_rows(self.sources()[0]))
 
-    def _window(self, run: "_TaskRun", window: Window, ended: tuple[int, dict] | None) -> dict:
+    def _window(self, run: "_TaskRun", window: Window, ended: tuple[int, dict] | None,
+                pool: FanOut | None = None) -> dict:
         """Window k's record: staged by an earlier try, or the job a trigger saw end, or computed now.
-        A worker that dies (or is restarted) meanwhile costs no try: the window is resubmitted to a
-        new one, within the connection's `worker_lost_timeout`."""
+        A worker that dies (or is restarted) meanwhile costs no try: the window is resubmitted to
+        another of the task's `pool` that answers, else to the partition's worker once one answers
+        again, within the connection's `worker_lost_timeout`."""
         documents = documents_digest(window.inputs)
         submission = Submission(run.identity, window.spec, run.op, run.reuse, plan=run.plan)
         status = None
@@ -317,7 +320,10 @@ class BaseLLMOperator(BaseOperator):
                 return self._stage(run, status or self._compute(run, window), window, digest) | {"digest": digest}
             except WorkerLost as e:
                 self.log.warning("window %d: %s", window.k, e)
-                run.client, status = self._reconnect(run.hook, run.route), None
+                moved = pool.instead_of(run.client, window.k) if pool is not None and len(pool) > 1 else None
+                if moved is not None:
+                    self.log.info("window %d moves to %s, another of the task's workers", window.k, moved.location)
+                run.client, status = moved or self._reconnect(run.hook, run.route), None
 
     def _reconnect(self, hook: QuailHook, route: tuple[str, int]) -> WorkerClient:
         """The partition's worker, once one answers again: a lost local worker is started again, a

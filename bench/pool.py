@@ -9,7 +9,8 @@ or less), the tokens computed (equal) and whether the outputs are equal.
     PYTHONPATH=engine:. .venv/bin/python bench/pool.py [ROWS] [partitions|windows]
 
 The task instances are the real operators' `execute` with the map index a mapped task instance
-has, in threads of this process: what routes a partition to its worker is the hook's, as in Airflow.
+has, each partition's in a process of its own (started and imported before the clock starts, as
+an executor's slots are): what routes a partition to its worker is the hook's, as in Airflow.
 """
 
 import json
@@ -18,8 +19,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -80,22 +82,27 @@ def partition(p: int, parts: list[Path], out: Path, window_rows: int) -> dict:
     return {"kept": kept.execute(context("kept")), "topic": topic.execute(context("topic"))}
 
 
+def _imported() -> None:
+    """What a task process has imported before its task starts."""
+    import airflow_quail.operators  # noqa: F401
+
+
 def setup(workers: int, model: Path, parts: list[Path], folder: Path, window_rows: int) -> dict:
     procs, locations = start_workers(workers, model, folder)
     os.environ["AIRFLOW_CONN_QUAIL_POOL"] = json.dumps(
         {"conn_type": "quail", "password": TOKEN, "extra": {"workers": locations, "answer_store": False}})
     out = folder / "out"
     out.mkdir()
-    results: dict[int, dict] = {}
     try:
-        started = time.perf_counter()
-        threads = [threading.Thread(target=lambda p=p: results.__setitem__(p, partition(p, parts, out, window_rows)))
-                   for p in range(len(parts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - started
+        with ProcessPoolExecutor(len(parts), mp_context=multiprocessing.get_context("spawn")) as slots:
+            for warm in [slots.submit(time.sleep, 2) for _ in parts]:  # one process per slot, started now
+                warm.result()
+            for warm in [slots.submit(_imported) for _ in parts]:
+                warm.result()
+            started = time.perf_counter()
+            futures = {p: slots.submit(partition, p, parts, out, window_rows) for p in range(len(parts))}
+            results = {p: f.result() for p, f in futures.items()}
+            wall = time.perf_counter() - started
     finally:
         for proc in procs:
             proc.kill()

@@ -28,6 +28,18 @@ def load(assigned: dict) -> tuple[float, int, float]:
     return max(per.values()) / mean, max(per.values()), mean
 
 
+def window_load(workers: list[str], dags: int, partitions: int, windows: int, cap: int) -> float:
+    """Max over mean windows per worker when each partition's `windows` windows fan out as a task's
+    do (airflow_quail FanOut): window k on the k-th (modulo) of its home and the next `cap` - 1 workers
+    in the partition's order."""
+    per: Counter = Counter()
+    for d in range(dags):
+        for p in range(partitions):
+            fan = placement(workers, f"dag_{d}", p)[:cap]
+            per.update(fan[k % len(fan)] for k in range(windows))
+    return max(per.values()) / (sum(per.values()) / len(workers))
+
+
 def moved(before: dict, after: dict) -> float:
     return sum(before[k] != after[k] for k in before) / len(before)
 
@@ -60,6 +72,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--churn", type=int, default=3, help="a worker is replaced every CHURN days (0: never)")
+    ap.add_argument("--windows", type=int, default=16, help="windows per partition, for the fan-out's load")
     args = ap.parse_args()
     workers = [f"w{i}" for i in range(args.workers)]
     base = homes(workers, args.dags, args.partitions)
@@ -69,6 +82,8 @@ def main() -> None:
     print(json.dumps({
         "workers": args.workers, "dags": args.dags, "partitions": args.partitions,
         "load_max_over_mean": round(ratio, 3), "load_max": most, "load_mean": mean,
+        "window_load_max_over_mean": {cap: round(window_load(workers, args.dags, args.partitions, args.windows, cap), 3)
+                                      for cap in (2, 4, args.workers)},
         "moved_when_one_removed": round(moved(base, removed), 4),
         "moved_when_one_added": round(moved(base, added), 4), "target_moved": round(1 / args.workers + 0.01, 4),
         "store_hit_rate_day2_on": hit_rates(workers, args.dags, args.partitions, args.days, args.churn, 0.01),

@@ -25,6 +25,7 @@ from quail.kinds.extract import json_schema, parse_fields
 from quail.kinds.extract import render as render_extract
 from quail.kinds.filter import render as render_filter
 from quail.ops import grammar
+from quail.ops.grammar import json_grammar
 from quail.session import Session
 
 PREDICATE = "Does the text describe part of the Python language or its library?"
@@ -38,7 +39,7 @@ class Grammar(LogitsProcessor):
     """The extract's grammar for transformers' generate: each row's next token masked as Quail's is."""
 
     def __init__(self, tokenizer: llguidance.LLTokenizer, schema: str, rows: int, vocab: int, stop: int):
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+        grammar = json_grammar(schema)
         self.matchers = [llguidance.LLMatcher(tokenizer, grammar) for _ in range(rows)]
         self.mask, self.vocab, self.stop, self.width = lt.allocate_token_bitmask(rows, vocab), vocab, stop, None
 

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from quail.model.loader import load_model
+from quail.ops.grammar import json_grammar
 
 SCHEMA = {"type": "object", "additionalProperties": False,
           "required": ["company", "amount", "date", "sentiment", "tags"], "properties": {
@@ -48,8 +49,7 @@ def main() -> None:
     compiles, steps = [], []
     for _ in range(3):
         t = time.perf_counter()
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(SCHEMA),
-                                                                defaults={"whitespace_flexible": False})
+        grammar = json_grammar(json.dumps(SCHEMA))
         m = llguidance.LLMatcher(llt, grammar)
         compiles.append(time.perf_counter() - t)
         mask, steps = lt.allocate_token_bitmask(1, vocab), []

@@ -32,7 +32,7 @@ from quail.ops.calibration import CONTENT_FREE, column_means, labels_given, yes_
 from quail.ops.classify import ClassifyResult, run_classify
 from quail.ops.filter import FilterResult, run_filter
 from quail.ops.generate import GenerateResult, Written, run_generate
-from quail.ops.grammar import FreeText, Grammar, JsonSchema, llg_tokenizer
+from quail.ops.grammar import JSON_SEPARATORS, FreeText, Grammar, JsonSchema, llg_tokenizer
 from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import PromptLayout
 from quail.reuse import Retain, Reuse
@@ -348,7 +348,8 @@ class Session:
 
     @staticmethod
     def extract_asked(question: list[int], fields: tuple[FieldSpec, ...], most: int) -> str:
-        return f"extract\x1f{question}\x1f{json.dumps(json_schema(fields), sort_keys=True)}\x1f{most}"
+        return (f"extract\x1f{question}\x1f{json.dumps(json_schema(fields), sort_keys=True)}\x1f{most}"
+                f"\x1f{JSON_SEPARATORS}")
 
     @staticmethod
     def map_asked(question: list[int], most: int) -> str:

@@ -3,7 +3,8 @@
 Every manifest kustomization.yaml lists is checked strictly (unknown fields refused) against the
 Kubernetes schemas kubernetes-validate bundles, for 1.30 (the oldest these manifests claim) and
 1.37 (the newest it bundles); a kind or apiVersion with no schema fails too, where the tool itself
-only warns. airflow-values.yaml is parsed as YAML, and checked against the Airflow chart's
+only warns. Each workload must also keep the hardening `check_hardening` names. airflow-values.yaml
+is parsed as YAML, and checked against the Airflow chart's
 values.schema.json when $AIRFLOW_CHART_SCHEMA names one: the chart, which `helm lint` and
 `helm template` need as well, comes from its Helm repository, out of reach offline.
 
@@ -51,6 +52,37 @@ def check_manifest(path: Path) -> list[str]:
     return errors
 
 
+def check_hardening(files: list[Path]) -> list[str]:
+    """What every workload here must keep: no service account token mounted; each container with
+    a read-only root filesystem, no privilege escalation, every capability dropped, CPU and memory
+    limits, and an image of a fixed tag or digest (not `latest`); and a NetworkPolicy that selects
+    its pods."""
+    resources = [(path, r) for path in files for r in filter(None, yaml.safe_load_all(path.read_text()))]
+    policies = [r["spec"].get("podSelector", {}).get("matchLabels", {}) for _, r in resources
+                if r.get("kind") == "NetworkPolicy"]
+    errors = []
+    for path, r in resources:
+        pod = r.get("spec", {}).get("template", {})
+        if "spec" not in pod:
+            continue
+        name = f"{path}: {r['kind']}/{r['metadata']['name']}"
+        labels = pod.get("metadata", {}).get("labels", {})
+        if pod["spec"].get("automountServiceAccountToken") is not False:
+            errors.append(f"{name}: automountServiceAccountToken is not false")
+        if not any(selector.items() <= labels.items() for selector in policies):
+            errors.append(f"{name}: no NetworkPolicy selects its pods")
+        for c in pod["spec"].get("initContainers", []) + pod["spec"].get("containers", []):
+            security, limits = c.get("securityContext", {}), c.get("resources", {}).get("limits", {})
+            wanted = {"readOnlyRootFilesystem": security.get("readOnlyRootFilesystem") is True,
+                      "allowPrivilegeEscalation: false": security.get("allowPrivilegeEscalation") is False,
+                      "capabilities dropped": security.get("capabilities", {}).get("drop") == ["ALL"],
+                      "a CPU limit": "cpu" in limits, "a memory limit": "memory" in limits,
+                      "a fixed image tag": "@sha256:" in c["image"] or c["image"].rpartition(":")[2] not in
+                      ("", "latest") and ":" in c["image"].rpartition("/")[2]}
+            errors += [f"{name}: container {c['name']} lacks {what}" for what, ok in wanted.items() if not ok]
+    return errors
+
+
 def check_values(path: Path) -> list[str]:
     values = yaml.safe_load(path.read_text())
     if not isinstance(values, dict):
@@ -80,6 +112,10 @@ def main(folder: Path) -> int:
             errors += check(path)
         except (OSError, yaml.YAMLError) as e:
             errors.append(f"{path}: {e}")
+    try:
+        errors += check_hardening(files)
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
+        errors.append(f"{folder}: the manifests' hardening cannot be read ({e})")
     for error in errors:
         print(f"docker-check: {error}", file=sys.stderr)
     if errors:

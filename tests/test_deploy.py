@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,42 @@ def planted(tmp_path: Path, name: str, old: str, new: str) -> Path:
 def test_the_real_manifests_and_values_pass():
     result = check(KUBERNETES)
     assert result.returncode == 0, result.stderr
-    assert "worker.yaml, service.yaml valid" in result.stdout
+    assert "worker.yaml, service.yaml, networkpolicy.yaml valid" in result.stdout
+
+
+@needs_validator
+@pytest.mark.parametrize("name, old, new, named", [
+    ("worker.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true",
+     "automountServiceAccountToken is not false"),
+    ("worker.yaml", "            readOnlyRootFilesystem: true\n", "", "container secrets lacks readOnlyRootFilesystem"),
+    ("worker.yaml", "              memory: 16Gi\n", "", "container worker lacks a memory limit"),
+    ("worker.yaml", "image: quail-worker:0.1.0", "image: quail-worker:latest", "container secrets lacks a fixed image tag"),
+    ("worker.yaml", "image: quail-worker:0.1.0", "image: quail-worker", "container secrets lacks a fixed image tag"),
+    ("networkpolicy.yaml", "      app.kubernetes.io/name: quail-worker", "      app.kubernetes.io/name: other",
+     "no NetworkPolicy selects its pods"),
+])
+def test_a_weakened_manifest_fails_naming_what_it_lacks(tmp_path, name, old, new, named):
+    result = check(planted(tmp_path, name, old, new))
+    assert result.returncode == 1 and named in result.stderr
+
+
+def test_the_images_are_the_packages_version():
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    pod = yaml.safe_load((KUBERNETES / "worker.yaml").read_text())["spec"]["template"]["spec"]
+    assert {c["image"] for c in pod["initContainers"] + pod["containers"]} == {f"quail-worker:{version}"}
+    assert yaml.safe_load((KUBERNETES / "airflow-values.yaml").read_text())["images"]["airflow"]["tag"] == version
+    compose = yaml.safe_load((ROOT / "docker" / "docker-compose.yaml").read_text())
+    assert {s["image"].rpartition(":")[2] for s in compose["services"].values() if s.get("image", "").startswith(
+        "quail-")} | {compose["x-airflow-common"]["image"].rpartition(":")[2]} == {version}
+
+
+def test_compose_keeps_secrets_encrypted_and_the_ui_on_this_host():
+    compose = yaml.safe_load((ROOT / "docker" / "docker-compose.yaml").read_text())
+    env = compose["x-airflow-common"]["environment"]
+    assert env["AIRFLOW__CORE__FERNET_KEY"].startswith("${AIRFLOW_FERNET_KEY:?")  # refused unset, never empty
+    assert compose["services"]["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080"]
+    published = [p for s in compose["services"].values() for p in s.get("ports", [])]
+    assert all(str(p).startswith("127.0.0.1:") for p in published)
 
 
 @needs_validator

@@ -12,6 +12,7 @@ from quail.model.registry import DEFAULT_MODEL
 from quail.pipeline.windows import check_count
 from quail.worker.client import DEFAULT_TIMEOUT, WorkerClient, WorkerLost, describe_load
 from quail.worker.local import ensure_local_worker
+from quail.worker.locations import is_tls
 from quail.worker.routing import placement, route
 from quail.worker.tokens import read_token
 
@@ -24,6 +25,11 @@ class QuailHook(BaseHook):
     demand.
 
     With several workers, one task's windows run on several at once (`max_workers` caps how many).
+
+    TLS: workers named `grpc+tls://HOST:PORT` (or a host with the extra `tls_ca`) are reached over
+    TLS, their certificate checked against the extra `tls_ca` (a PEM file on the Airflow workers),
+    else the system's authorities. Off loopback, TLS keeps whoever else holds a worker's port from
+    receiving the token and the documents.
 
     Extras that bound the waiting: `timeout`, the seconds one call to a worker may take (default
     30); `worker_lost_timeout`, the seconds a task waits for a worker that died or stopped
@@ -56,7 +62,8 @@ class QuailHook(BaseHook):
         host, port, token, extra = self._settings()
         workers = list(extra.get("workers") or [])
         if not workers and host:
-            workers = [host if "://" in host else f"grpc://{host}:{port or DEFAULT_PORT}"]
+            scheme = "grpc+tls" if extra.get("tls_ca") else "grpc"
+            workers = [host if "://" in host else f"{scheme}://{host}:{port or DEFAULT_PORT}"]
         return workers, token, extra
 
     def get_conn(self, dag: str = "", partition: int | None = None) -> WorkerClient:
@@ -66,9 +73,9 @@ class QuailHook(BaseHook):
         workers, token, extra = self._remote()
         timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
         if len(workers) > 1:
-            return self._routed(placement(workers, dag, partition), token, timeout)
+            return self._routed(placement(workers, dag, partition), token, timeout, extra)
         if workers:
-            return _client(workers[0], token, timeout)
+            return _client(workers[0], token, timeout, extra)
         location, token = ensure_local_worker(extra.get("model") or DEFAULT_MODEL, extra.get("dtype") or "auto",
                                               extra.get("arena_pages"), extra.get("device") or "auto",
                                               say=self.log.info)
@@ -84,8 +91,8 @@ class QuailHook(BaseHook):
         if len(workers) < 2 or cap == 1:
             return FanOut([home])
         timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
-        answering = _loads([w for w in placement(workers, dag, partition) if w != home.location], token)
-        others = [_client(w, token, timeout) for w, info in answering.items() if not isinstance(info, str)]
+        answering = _loads([w for w in placement(workers, dag, partition) if w != home.location], token, extra)
+        others = [_client(w, token, timeout, extra) for w, info in answering.items() if not isinstance(info, str)]
         return FanOut([home, *others][:cap])
 
     def _seconds(self, key: str, default: float, extra: dict | None = None) -> float:
@@ -120,13 +127,13 @@ class QuailHook(BaseHook):
         """A client for one of the connection's workers (the one a task chose), with its token; with
         no password, the token a worker on this machine wrote for this user, if any."""
         _, _, token, extra = self._settings()
-        return _client(location, token, self._seconds("timeout", DEFAULT_TIMEOUT, extra))
+        return _client(location, token, self._seconds("timeout", DEFAULT_TIMEOUT, extra), extra)
 
     def loads(self) -> dict[str, dict | str]:
         """Every worker the connection names, with its `info` (model, device, queued tokens, active
         jobs, pages) or why it does not answer. Starts no local worker."""
-        workers, token, _ = self._remote()
-        return _loads(workers, token)
+        workers, token, extra = self._remote()
+        return _loads(workers, token, extra)
 
     def test_connection(self) -> tuple[bool, str]:
         """The connection form's Test button: each worker's load, or why it does not answer."""
@@ -136,9 +143,9 @@ class QuailHook(BaseHook):
         lines = [f"{loc}: {info if isinstance(info, str) else describe_load(info)}" for loc, info in loads.items()]
         return all(not isinstance(info, str) for info in loads.values()), "; ".join(lines)
 
-    def _routed(self, order: tuple[str, ...], token: str | None, timeout: float) -> WorkerClient:
+    def _routed(self, order: tuple[str, ...], token: str | None, timeout: float, extra: dict) -> WorkerClient:
         loads = {}
-        for location, info in _loads(list(order), token).items():
+        for location, info in _loads(list(order), token, extra).items():
             if isinstance(info, str):
                 self.log.warning("Quail worker %s does not answer (%s); passed over", location, info)
             else:
@@ -153,7 +160,7 @@ class QuailHook(BaseHook):
         elif chosen.worker != chosen.order[0]:
             self.log.warning("the partition's Quail worker %s does not answer: failing over to %s", chosen.order[0],
                              chosen.worker)
-        return _client(chosen.worker, token, timeout)
+        return _client(chosen.worker, token, timeout, extra)
 
 
 class FanOut:
@@ -196,15 +203,17 @@ class FanOut:
                     self._lost.add(client.location)
 
 
-def _loads(workers: list[str], token: str | None) -> dict[str, dict | str]:
+def _loads(workers: list[str], token: str | None, extra: dict) -> dict[str, dict | str]:
     loads: dict[str, dict | str] = {}
     for location in workers:
         try:
-            loads[location] = _client(location, token).info()
+            loads[location] = _client(location, token, DEFAULT_TIMEOUT, extra).info()
         except QuailError as e:
             loads[location] = str(e)
     return loads
 
 
-def _client(location: str, token: str | None, timeout: float = DEFAULT_TIMEOUT) -> WorkerClient:
-    return WorkerClient(location, token or read_token(location), timeout)
+def _client(location: str, token: str | None, timeout: float, extra: dict) -> WorkerClient:
+    """A client for one of the connection's workers; over TLS, trusting the extra `tls_ca`."""
+    return WorkerClient(location, token or read_token(location), timeout,
+                        extra.get("tls_ca") if is_tls(location) else None)

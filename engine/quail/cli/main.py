@@ -2,9 +2,11 @@
 pipeline of several operators in one engine session; manage models."""
 
 import argparse
+import ipaddress
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,7 +32,7 @@ from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, install
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.specs import CALIBRATIONS
-from quail.worker.locations import unix_location
+from quail.worker.locations import is_tls, server_tls, unix_location
 from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
 
 if TYPE_CHECKING:
@@ -191,6 +193,11 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--token-file", help="a file (mode 0600) holding the bearer token clients must send; default: "
                                         "$QUAIL_WORKER_TOKEN, else a random one written beside the socket, or "
                                         "under $QUAIL_HOME/worker for a port, for this user only")
+    w.add_argument("--tls-cert", metavar="PEM", help="serve: TLS with this certificate chain (grpc+tls://HOST:PORT), "
+                                                     "required off loopback: it names the host clients reach")
+    w.add_argument("--tls-key", metavar="PEM", help="serve: the certificate's private key, a file (mode 0600)")
+    w.add_argument("--tls-ca", metavar="PEM", help="status: trust the worker's certificate if this authority "
+                                                   "signed it (default: the system's); implies grpc+tls")
     w.add_argument("--ttl", type=seconds, default=3600.0, help="seconds finished results are kept")
     w.add_argument("--idle-timeout", type=seconds, help="exit after this many seconds without calls or work")
     w.add_argument("--no-answer-store", action="store_true", help="keep no answers across jobs and restarts")
@@ -252,14 +259,23 @@ def _describe_worker(info: dict) -> str:
             f"a pass; answers in {info.get('answer_store') or 'no store'}{cascades}")
 
 
-def _describe_load(location: str, token: str | None) -> str:
+def _describe_load(location: str, token: str | None, tls_ca: str | None = None) -> str:
     """One worker's line in `status --all`."""
     from quail.worker.client import WorkerClient, describe_load
 
     try:
-        return f"{location}  {describe_load(WorkerClient(location, token, timeout=5).info())}"
+        return f"{location}  {describe_load(WorkerClient(location, token, timeout=5, tls_ca=tls_ca).info())}"
     except QuailError as e:
         return f"{location}  does not answer: {e}"
+
+
+def _resolved(host: str) -> str:
+    """The address a --host names (a name resolves to its first address; one that does not, to none
+    that is loopback)."""
+    try:
+        return str(socket.getaddrinfo(host, None)[0][4][0])
+    except OSError:
+        return "0.0.0.0"
 
 
 def _threads(args: argparse.Namespace) -> int:
@@ -285,15 +301,19 @@ def _worker(args: argparse.Namespace) -> None:
         for location, local_token in local_workers():
             print(_describe_load(location, local_token))
         for location in args.worker:
-            print(_describe_load(location, token or read_token(location)))
+            print(_describe_load(location, token or read_token(location), args.tls_ca if is_tls(location) else None))
         return
     if args.worker:
         raise QuailError("--worker is for `quail worker status --all`")
-    location = unix_location(Path(args.socket).resolve()) if args.socket else f"grpc://{args.host}:{args.port}"
+    tls = server_tls(args.tls_cert, args.tls_key) if args.action == "serve" else None
+    if args.socket and (tls or args.tls_ca):
+        raise QuailError("TLS is for a TCP worker (--host, --port); a Unix socket admits its owner only")
+    scheme = "grpc+tls" if tls or args.tls_ca else "grpc"
+    location = unix_location(Path(args.socket).resolve()) if args.socket else f"{scheme}://{args.host}:{args.port}"
     if args.action == "status":
         from quail.worker.client import WorkerClient
 
-        client = WorkerClient(location, _worker_token(args) or read_token(location))
+        client = WorkerClient(location, _worker_token(args) or read_token(location), tls_ca=args.tls_ca)
         print(_describe_worker(client.info()))
         for job in client.status():
             stats = job["stats"] or {}
@@ -322,7 +342,11 @@ def _worker(args: argparse.Namespace) -> None:
     session.store = None if args.no_answer_store else \
         open_store(args.answer_store, args.answer_store_file, args.max_jobs)
     token = given or new_token()
-    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs)
+    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs, tls)
+    if not args.socket and not tls and not ipaddress.ip_address(_resolved(args.host)).is_loopback:
+        print(f"quail worker: WARNING: {location} serves beyond this host without TLS: whoever can reach or "
+              f"take over the port sees the token and the documents; give --tls-cert and --tls-key "
+              f"(docs/deploying.md, \"TLS\")", file=sys.stderr, flush=True)
     if not given:
         write_token(location, token)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())

@@ -14,7 +14,7 @@ from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Span, Submission
-from quail.worker.locations import socket_path
+from quail.worker.locations import is_tls, socket_path, tls_options
 from quail.worker.protocol import MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
 
 DEFAULT_TIMEOUT = 30.0
@@ -30,15 +30,19 @@ class WorkerLost(QuailError):
 
 
 class WorkerClient:
-    """:param timeout: seconds one call may take (the `timeout` setting: a quail connection's extra)"""
+    """:param timeout: seconds one call may take (the `timeout` setting: a quail connection's extra)
+    :param tls_ca: for a grpc+tls:// worker, a PEM file of the certificate authority that signed its
+        certificate (default: the system's); the worker must present a certificate for the host the
+        location names, so that whoever else holds the port never sees the token or the documents"""
 
-    def __init__(self, location: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, location: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 tls_ca: str | None = None):
         if (sock := socket_path(location)) is not None:
             owned_file(sock, kind="socket")  # another user's socket could be a fake worker, harvesting documents
         self.location, self.timeout = location, timeout
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self.options = flight.FlightCallOptions(headers=headers, timeout=timeout)
-        self.client = flight.FlightClient(location)
+        self.client = flight.FlightClient(location, **tls_options(location, tls_ca))
 
     def _call(self, fn: Callable[[flight.FlightCallOptions], T]) -> T:
         """Runs fn(options), turning Flight's errors into ones that say what to do."""
@@ -46,7 +50,11 @@ class WorkerClient:
             return fn(self.options)
         except flight.FlightUnauthenticatedError:
             raise QuailError(f"the Quail worker at {self.location} refused the token") from None
-        except flight.FlightUnavailableError:
+        except flight.FlightUnavailableError as e:
+            if is_tls(self.location) and any(w in str(e).lower() for w in ("handshake", "ssl", "certificate")):
+                raise QuailError(f"the Quail worker at {self.location} did not prove who it is (TLS: "
+                                 f"{str(e).splitlines()[0]}); check that its certificate names that host and is "
+                                 f"signed by the given tls_ca") from None
             raise WorkerLost(f"no Quail worker answers at {self.location}; start one with "
                              f"`quail worker serve --model MODEL` (docs/airflow.md)") from None
         except flight.FlightTimedOutError:

@@ -1,5 +1,5 @@
-"""Worker locations, as Arrow Flight spells them: a Unix socket (grpc+unix://PATH) or a TCP port
-(grpc://HOST:PORT)."""
+"""Worker locations, as Arrow Flight spells them: a Unix socket (grpc+unix://PATH), a TCP port
+(grpc://HOST:PORT), or a TCP port behind TLS (grpc+tls://HOST:PORT)."""
 
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quail.errors import QuailError
+from quail.trust import secret_file
 
 
 def unix_location(path: str | Path) -> str:
@@ -22,3 +23,33 @@ def socket_path(location: str) -> Path | None:
     """The Unix socket a location names; None for a TCP one."""
     parts = urlsplit(location)
     return Path(parts.path) if parts.scheme == "grpc+unix" else None
+
+
+def is_tls(location: str) -> bool:
+    return urlsplit(location).scheme == "grpc+tls"
+
+
+def tls_options(location: str, ca: str | None) -> dict:
+    """FlightClient's TLS arguments for `location`: the CA file's certificates to trust, if given."""
+    if ca is None:
+        return {}
+    if not is_tls(location):
+        raise QuailError(f"a TLS certificate authority is given for {location}, which is not grpc+tls://HOST:PORT")
+    try:
+        return {"tls_root_certs": Path(ca).read_bytes()}
+    except OSError as e:
+        raise QuailError(f"tls_ca {ca}: {e.strerror}") from None
+
+
+def server_tls(cert: str | None, key: str | None) -> tuple[bytes, bytes] | None:
+    """The certificate chain and private key a TCP worker serves TLS with (both or neither); the key
+    file must be its owner's alone, as token files are."""
+    if (cert is None) != (key is None):
+        raise QuailError("give both --tls-cert and --tls-key, or neither")
+    if cert is None or key is None:
+        return None
+    try:
+        chain = Path(cert).read_bytes()
+    except OSError as e:
+        raise QuailError(f"--tls-cert {cert}: {e.strerror}") from None
+    return chain, secret_file(key, "--tls-key").encode()

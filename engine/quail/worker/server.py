@@ -130,13 +130,14 @@ AHEAD = ("rows", "tokens_computed", "document_tokens_computed", "retention", "to
 
 class Worker(flight.FlightServerBase):
     def __init__(self, session: Session, location: str, token: str, ttl: float = 3600.0,
-                 idle_timeout: float | None = None, max_jobs: int = 8):
+                 idle_timeout: float | None = None, max_jobs: int = 8, tls: tuple[bytes, bytes] | None = None):
         if not token:
             raise QuailError("a worker needs a token (quail.worker.tokens)")
         sock = claim_location(location)
         old_umask = os.umask(0o177)  # the socket is created 0600 whatever the caller's umask
         try:
-            super().__init__(location, middleware={"token": _TokenCheck(token)})
+            super().__init__(location, middleware={"token": _TokenCheck(token)},
+                             tls_certificates=[flight.CertKeyPair(*tls)] if tls else [])
         except (pa.ArrowException, OSError) as e:
             raise QuailError(f"the worker cannot listen on {location}: {str(e).splitlines()[0]}") from None
         finally:

@@ -330,3 +330,24 @@ def test_stats_never_replaces_a_device_a_fifo_the_model_or_the_pipeline_file(new
     pipeline.write_text(text)
     refused(capsys, "pipeline", pipeline, *MODEL, says="is the pipeline file, which the run never writes")
     assert pipeline.read_text() == text and not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--host", ""], "--host must be a host name or an IP address, got ''"),
+    (["--host", "bad host!"], "--host must be a host name or an IP address, got 'bad host!'"),
+])
+def test_a_host_that_is_no_host_is_refused(capsys, flags, says):
+    refused(capsys, "worker", "serve", *MODEL, *flags, says=says)
+
+
+@pytest.mark.parametrize("location", ["http://x", "grpc://x:99999", "grpc://:8815", "grpc+unix://"])
+def test_a_worker_location_flight_cannot_dial_is_refused_naming_the_forms(capsys, location):
+    refused(capsys, "worker", "status", "--all", "--worker", location,
+            says=f"worker location {location!r}: give grpc://HOST:PORT, grpc+tls://HOST:PORT or grpc+unix://PATH")
+
+
+def test_a_pipeline_nested_beyond_recursion_is_refused(capsys, tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("operators: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    refused(capsys, "explain", deep, says="nested too deep to be a pipeline")
+

@@ -156,3 +156,18 @@ def test_tls_settings_that_cannot_work_are_refused_before_the_model_loads(pki, c
         main(["worker", "serve", "--model", "smollm2-135m", *(f.format(d=pki) for f in flags)])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "quail: error:" in err and says.format(d=pki) in err, err
+
+
+def test_a_worker_serves_on_ipv6_loopback(smollm2):
+    from quail.worker.locations import tcp_location
+
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    location = tcp_location("grpc", "::1", port)
+    assert location == f"grpc://[::1]:{port}"
+    server = _serve(smollm2, location, None)
+    try:
+        assert WorkerClient(location, TOKEN, timeout=10).info()["model"]
+    finally:
+        server.shutdown()

@@ -32,7 +32,7 @@ from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, install
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.specs import CALIBRATIONS
-from quail.worker.locations import is_tls, server_tls, unix_location
+from quail.worker.locations import check_location, is_tls, server_tls, tcp_location, unix_location
 from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
 
 if TYPE_CHECKING:
@@ -60,6 +60,19 @@ def at_least(low: int, high: int = 2**31 - 1) -> Callable[[str], int]:
                                              f"must be at most {high}, got {value}")
         return value
     return parse
+
+
+HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def host(text: str) -> str:
+    """An argparse type: an IPv4 or IPv6 address, or a host name."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        if not HOST_NAME.fullmatch(text) or len(text) > 253:
+            raise argparse.ArgumentTypeError(f"must be a host name or an IP address, got {text!r}") from None
+    return text
 
 
 def seconds(text: str) -> float:
@@ -183,7 +196,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("action", choices=["serve", "status", "stop"],
                    help="stop: the local workers that tasks or the demo started on demand")
     w.add_argument("--model", default=DEFAULT_MODEL)
-    w.add_argument("--host", default="127.0.0.1", help="listen here (default: loopback only)")
+    w.add_argument("--host", type=host, default="127.0.0.1", help="listen here (default: loopback only)")
     w.add_argument("--port", type=at_least(1, 65535), default=DEFAULT_PORT)
     w.add_argument("--socket", help="listen on (or, for status, talk to) this Unix socket instead")
     w.add_argument("--all", action="store_true", help="status: one line per worker, with its load: the local "
@@ -298,6 +311,8 @@ def _worker(args: argparse.Namespace) -> None:
         from quail.worker.local import local_workers
 
         token = _worker_token(args)
+        for location in args.worker:
+            check_location(location)
         for location, local_token in local_workers():
             print(_describe_load(location, local_token))
         for location in args.worker:
@@ -309,7 +324,7 @@ def _worker(args: argparse.Namespace) -> None:
     if args.socket and (tls or args.tls_ca):
         raise QuailError("TLS is for a TCP worker (--host, --port); a Unix socket admits its owner only")
     scheme = "grpc+tls" if tls or args.tls_ca else "grpc"
-    location = unix_location(Path(args.socket).resolve()) if args.socket else f"{scheme}://{args.host}:{args.port}"
+    location = unix_location(Path(args.socket).resolve()) if args.socket else tcp_location(scheme, args.host, args.port)
     if args.action == "status":
         from quail.worker.client import WorkerClient
 

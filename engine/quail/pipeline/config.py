@@ -66,6 +66,8 @@ def load_pipeline(path: str) -> Pipeline:
         raise QuailError(f"pipeline {path}: {e.strerror}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise QuailError(f"pipeline {path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise QuailError(f"pipeline {path}: nested too deep to be a pipeline") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list) or not doc["operators"]:
         raise QuailError(f"pipeline {path}: needs a list of operators")
     if unknown := set(doc) - TOP_KEYS:

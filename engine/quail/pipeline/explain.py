@@ -51,8 +51,11 @@ def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel,
                          f"(p={op.retain.passed:.2f}{extra}); released after {op.retain.consumers[-1]}")
         if spec.cascade is not None:
             c = spec.cascade
-            lines.append(f"  cascade: rows with P(yes) in [{c.low:g}, {c.high:g}] go to {c.model}, "
-                         f"whose share is predicted once they are known")
+            band = f"in [{c.low:g}, {c.high:g}]" if c.low is not None and c.high is not None else \
+                f"in a band chosen for {c.metric} >= {c.target:g} (delta {c.delta:g}) on {c.sample} rows of the " \
+                f"first window"
+            lines.append(f"  cascade: rows with P(yes) {band} go to {c.model}, whose share is predicted once they "
+                         f"are known")
         lines.append(f"  predicted: {_accounting(predicted[spec.name])}")
     return "\n".join(lines)
 

@@ -14,7 +14,7 @@ from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Span, Submission
-from quail.worker.locations import is_tls, socket_path, tls_options
+from quail.worker.locations import check_location, is_tls, socket_path, tls_options
 from quail.worker.protocol import MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
 
 DEFAULT_TIMEOUT = 30.0
@@ -37,7 +37,7 @@ class WorkerClient:
 
     def __init__(self, location: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                  tls_ca: str | None = None):
-        if (sock := socket_path(location)) is not None:
+        if (sock := socket_path(check_location(location))) is not None:
             owned_file(sock, kind="socket")  # another user's socket could be a fake worker, harvesting documents
         self.location, self.timeout = location, timeout
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []

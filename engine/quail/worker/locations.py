@@ -19,6 +19,25 @@ def unix_location(path: str | Path) -> str:
                          f"are not allowed); choose another") from None
 
 
+def tcp_location(scheme: str, host: str, port: int) -> str:
+    """SCHEME://HOST:PORT, an IPv6 address in brackets."""
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def check_location(location: str) -> str:
+    """A worker location Flight can dial, or an error that says what one looks like."""
+    parts = urlsplit(location)
+    try:
+        ok = bool(parts.path) if parts.scheme == "grpc+unix" else \
+            parts.scheme in ("grpc", "grpc+tcp", "grpc+tls") and bool(parts.hostname) and parts.port is not None
+    except ValueError:  # a port that is not a number, or out of range
+        ok = False
+    if not ok:
+        raise QuailError(f"worker location {location!r}: give grpc://HOST:PORT, grpc+tls://HOST:PORT or "
+                         f"grpc+unix://PATH")
+    return location
+
+
 def socket_path(location: str) -> Path | None:
     """The Unix socket a location names; None for a TCP one."""
     parts = urlsplit(location)

@@ -168,15 +168,15 @@ def source_rows(source: str) -> int | None:
 def _sql_windows(source: str, where: SqlLocation, rows: int) -> Iterator[tuple[int, pa.Table]]:
     """A server-side cursor where the dialect has one, fetched `rows` at a time."""
     engine = sql_engine(where.conn_id)
-    if where.table is not None:
-        if not sa.inspect(engine).has_table(where.table):
-            raise QuailError(f"source {source!r}: connection {where.conn_id!r} has no table {where.table!r}")
-        query: sa.Executable = sa.select(sa.Table(where.table, sa.MetaData(), autoload_with=engine))
-    else:
-        assert where.query is not None  # parse_sql gives a table or a query
-        query = sa.text(where.query)
     first = 0
-    try:
+    try:  # a locked or damaged database fails already when its table is looked up
+        if where.table is not None:
+            if not sa.inspect(engine).has_table(where.table):
+                raise QuailError(f"source {source!r}: connection {where.conn_id!r} has no table {where.table!r}")
+            query: sa.Executable = sa.select(sa.Table(where.table, sa.MetaData(), autoload_with=engine))
+        else:
+            assert where.query is not None  # parse_sql gives a table or a query
+            query = sa.text(where.query)
         with _read_only(engine) as c:
             result = c.execution_options(stream_results=True, yield_per=rows).execute(query)
             names = list(result.keys())

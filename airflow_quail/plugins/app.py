@@ -11,6 +11,7 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import requires_access_view
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, StrictBool, StrictInt, StrictStr, ValidationError
 
 from airflow_quail.plugins import views
 
@@ -20,8 +21,47 @@ if TYPE_CHECKING:
 app = FastAPI(title="Quail", dependencies=[Depends(requires_access_view(AccessView.PLUGINS))])
 
 
+class _Counts(BaseModel):
+    tokens_computed: StrictInt
+    tokens_naive: StrictInt
+    tokens_reused: dict[str, StrictInt]
+
+
+class _Retain(BaseModel):
+    consumers: list[StrictStr]
+
+
+class _Operator(BaseModel):
+    rewind: StrictBool = False
+    prefix_sharing: StrictBool = False
+    retain: _Retain | None = None
+
+
+class _Plan(BaseModel):
+    operator: _Operator | None = None
+
+
+class _Manifest(BaseModel):
+    """What the page reads of a Quail task's XCom manifest; another task's value of a like shape is
+    not one."""
+
+    target: StrictStr
+    rows_in: StrictInt
+    rows_out: StrictInt
+    stats: _Counts
+    predicted: _Counts | None = None
+    plan: _Plan | None = None
+    worker: StrictStr | None = None
+    windows: StrictInt = 1
+    workers: dict[str, StrictInt] | None = None
+
+
 def is_manifest(value: object) -> bool:
-    return isinstance(value, dict) and {"target", "rows_in", "rows_out", "stats"} <= value.keys()
+    try:
+        _Manifest.model_validate(value)
+    except ValidationError:
+        return False
+    return True
 
 
 def _workers() -> list[dict]:

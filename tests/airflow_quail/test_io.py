@@ -306,3 +306,17 @@ def test_a_file_uri_with_one_slash_is_written_where_it_says(tmp_path, monkeypatc
     write_target(TABLE, f"local://{tmp_path}/out/y.parquet")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.parquet", "y.parquet"]
     assert read_source(f"file:{tmp_path}/out/x.parquet") == TABLE and not list(tmp_path.glob("file:*"))
+
+
+def test_a_locked_sqlite_source_is_named_not_a_traceback(sqlite_conn, tmp_path):
+    import sqlite3
+
+    write_target(TABLE, f"sql://{sqlite_conn}/scored")
+    holder = sqlite3.connect(tmp_path / "news.db", isolation_level=None, timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")  # another process writing it, for longer than the reader waits
+    try:
+        with pytest.raises(QuailError, match=r"source 'sql://news_db/scored': OperationalError.*locked"):
+            read_source(f"sql://{sqlite_conn}/scored")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from airflow_quail.plugins.views import run_html, tokens_svg, workers_html
 
 APP = """
@@ -66,3 +68,17 @@ def test_the_workers_table_counts_the_arena_pages():
                           "info": {"model": "smollm2-135m", "device": "cpu", "dtype": "float32", "arena_pages": 1024,
                                    "free_pages": 1000, "retained_pages": 20}}])
     assert "<td>1,024</td><td>24</td><td>20</td><td>1,000</td>" in html and "idle" in html
+
+
+@pytest.mark.parametrize("change", [
+    {"stats": "lots"}, {"stats": {"tokens_computed": "1", "tokens_naive": 2, "tokens_reused": {}}},
+    {"rows_in": None}, {"plan": {"operator": {"retain": 5}}}, {"workers": {"grpc://w:1": "two"}},
+    {"predicted": [1, 2]},
+])
+def test_a_look_alike_manifest_is_not_shown(change):
+    """Another task's return value with a manifest's keys but not its shape is left out, where it
+    broke the page."""
+    from airflow_quail.plugins.app import is_manifest
+
+    assert is_manifest(MANIFEST) and is_manifest(MANIFEST | {"workers": {"grpc://gpu0:8815": 3}})
+    assert not is_manifest(MANIFEST | change)

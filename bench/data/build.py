@@ -8,8 +8,9 @@ see README.md here). Deterministic: the same input file gives the same CSVs byte
 The argument may also be the extracted summaries_en-us.json. Its sha256 is checked.
 
 Writes filter.csv (id,text,label,split), classify.csv (id,text,topic,split), join_articles.csv
-(id,text,split) and join_titles.csv (id,title,description,split); an article's match in
-join_titles.csv is the row with its id. Every set is disjoint from the others.
+(id,text,split), join_titles.csv (id,title,description,split), extract_people.csv
+(id,text,nationality,living,split) and extract_places.csv (id,text,kind,split); an article's match
+in join_titles.csv is the row with its id. Every set is disjoint from the others.
 """
 
 import csv
@@ -37,6 +38,36 @@ CLASSIFY = {  # the vital-articles topic -> the label the model is offered
 }
 CLASSIFY_EACH = 30
 JOIN = 64
+EXTRACT_LIVING = 32  # of each answer, living or not
+EXTRACT_KIND = 12  # of each kind of place at most
+
+# Extraction's gold values come from each article's short description, written by Wikipedia's
+# editors apart from the lead the model reads.
+LIFE = re.compile(r"\((?:born (?P<born>\d{3,4})|(?:c\. ?)?\d{1,4}(?: BC)?\s*[–-]\s*(?:c\. ?)?\d{1,4}(?: BC| AD)?)\)$")
+DEMONYM = re.compile(r"^[A-Z][a-z]+(?:an|ish|ese|ch|i)$")
+TITLES = {"King", "President", "Emperor", "Prime", "Leader", "Founder", "Sultan", "Queen", "Pharaoh", "Khan"}
+PLACE_KINDS = [  # description prefix -> the kind of place; the first that matches
+    ("Country in ", "country"), ("Island country", "country"), ("City in ", "city"), ("Capital of ", "city"),
+    ("Capital city of ", "city"), ("Capital and largest city of ", "city"), ("Metropolis in ", "city"),
+    ("River in ", "river"), ("Major river ", "river"), ("Lake in ", "lake"), ("Mountain range ", "mountain range"),
+    ("Island in ", "island"), ("Marginal sea ", "sea"), ("Sea between ", "sea"), ("Desert in ", "desert"),
+]
+
+
+def person(a: dict) -> dict | None:
+    """nationality (the description's first word when it is a demonym the lead also uses) and
+    living ("(born 1947)": yes; a span of years: no), or None when the description gives neither."""
+    life, first = LIFE.search(a["description"]), a["description"].split(" ")[0]
+    if a["topic"] != FILTER_TOPIC or not life or first in TITLES or not DEMONYM.match(first) or first not in a["text"]:
+        return None
+    return {"nationality": first, "living": "true" if life.group("born") else "false"}
+
+
+def place(a: dict) -> dict | None:
+    """kind, from the description's opening words (PLACE_KINDS), or None."""
+    if a["topic"] != "Geography":
+        return None
+    return next(({"kind": kind} for prefix, kind in PLACE_KINDS if a["description"].startswith(prefix)), None)
 
 
 def digest(text: str) -> int:
@@ -123,6 +154,17 @@ def main(path: str) -> None:
     write("join_articles.csv", ["id", "text", "split"], rows)
     write("join_titles.csv", ["id", "title", "description", "split"],
           sorted(rows, key=lambda a: digest("shuffle:" + a["id"])))
+
+    rows = [a | person(a) for living in ("true", "false")
+            for a in take(pool, EXTRACT_LIVING, used, lambda a, v=living: (person(a) or {}).get("living") == v)]
+    write("extract_people.csv", ["id", "text", "nationality", "living", "split"],
+          sorted(rows, key=lambda a: digest("order:" + a["id"])))
+    rows = []
+    for kind in dict.fromkeys(k for _, k in PLACE_KINDS):
+        found = [a for a in pool if a["id"] not in used and (place(a) or {}).get("kind") == kind][:EXTRACT_KIND]
+        used.update(a["id"] for a in found)
+        rows += [a | {"kind": kind} for a in found]
+    write("extract_places.csv", ["id", "text", "kind", "split"], sorted(rows, key=lambda a: digest("order:" + a["id"])))
 
 
 if __name__ == "__main__":

@@ -356,3 +356,19 @@ def test_a_written_output_is_a_flag_then_whole_token_ids_and_nothing_else_passes
                     b"abc"):
         assert as_answer(planted, WRITTEN) is None
     assert as_answer(raw(0.0, 12.0), 2) is None  # a probability is at most 1
+
+
+def test_a_log_not_yet_folded_in_forgets_no_answer(tmp_path):
+    """The bound counts the database and its write-ahead log; a log that only needs folding in
+    (checkpointing) must not make the store forget answers it has room for."""
+    path = tmp_path / "a.sqlite"
+    store = AnswerStore(path, max_bytes=1 << 30, touch_every=0)
+    store.put([(answer_key("m", "q", [i]), [0.5] * 8) for i in range(30_000)])
+    compact = tmp_path / "compact.sqlite"
+    with sqlite3.connect(path) as src, sqlite3.connect(compact) as dst:
+        src.backup(dst)
+    bound = int(compact.stat().st_size * 1.5)
+    assert store.size() > bound  # the log makes it look too large
+    bounded = AnswerStore(path, max_bytes=bound, touch_every=0)
+    bounded.put([(answer_key("m", "q", [10**6]), [0.5] * 8)])
+    assert bounded.stats()["answers"] == 30_001 and bounded.size() <= bound

@@ -422,3 +422,13 @@ def test_the_answer_store_cold_or_warm_changes_no_cascaded_answer(sessions, tiny
     for other in runs[1:]:
         assert [(r["passed"], r["cascaded"]) for r in other] == [(r["passed"], r["cascaded"]) for r in runs[0]]
         assert all(abs(a["p_yes_1"] - b["p_yes_1"]) < 1e-4 for a, b in zip(other, runs[0]))
+
+
+def test_a_cascade_model_that_is_the_first_model_under_another_path_is_refused():
+    """The same weights named by their file instead of by name: no larger model, only a second copy."""
+    from quail.model.registry import embedded_path
+
+    session = Session.open("smollm2-135m", "float32", device="cpu", arena_pages=64)
+    with pytest.raises(QuailError, match="is the first model .'smollm2-135m'. under another name"):
+        session.peer(str(embedded_path("smollm2-135m")))
+    assert not session.peers

@@ -224,6 +224,8 @@ class AnswerStore:
         db = self._db
         if db is None:
             return
+        if self.size() > self.max_bytes:  # a log not yet folded in is no answer to forget
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         while (size := self.size()) > self.max_bytes:
             count = db.execute("SELECT count(*) FROM answers").fetchone()[0]
             if not count:

@@ -129,8 +129,12 @@ class Session:
         check_cascade_model(self.loaded.name, model, "a cascade")
         with self.peers_lock:
             if model not in self.peers:
-                self.peers[model] = Session.open(model, **self.options)
-                self.peers[model].store = self.store
+                peer = Session.open(model, **self.options)
+                if peer.loaded.identity == self.loaded.identity:  # the same bytes under another name
+                    raise QuailError(f"a cascade: its model {model!r} is the first model ({self.loaded.name!r}) "
+                                     f"under another name; name a larger one")
+                peer.store = self.store
+                self.peers[model] = peer
             return self.peers[model]
 
     def changed(self) -> bool:

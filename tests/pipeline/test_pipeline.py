@@ -110,6 +110,8 @@ def test_observed_selectivity_refines_the_next_plan(pipeline, tmp_path, capsys):
     ("operators:\n  - name: a\n    filter: {input: t, column: text, predicates: [q], colour: red}", "unknown filter keys"),
     ("operators:\n  - name: a\n    filter: {input: nowhere, column: text, predicates: [q]}", "neither a table"),
     ("operators: [", "not valid YAML"),
+    ("tables: {news: n.parquet}\noperators:\n  - name: news\n    filter: {input: news, column: text, predicates: [q]}",
+     "operator 'news' has the name of a table; rename one of them"),
 ])
 def test_bad_pipelines_name_the_operator_and_key(tmp_path, text, message):
     path = tmp_path / "bad.yaml"

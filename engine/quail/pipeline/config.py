@@ -87,6 +87,8 @@ def load_pipeline(path: str) -> Pipeline:
         if isinstance(op["name"], bool) or not isinstance(op["name"], (str, int)):
             raise QuailError(f"pipeline {path}: operator {i}: name must be text, got {op['name']!r}")
         name = str(op["name"])
+        if name in tables:  # an input named so would be read as one or the other
+            raise QuailError(f"operator {name!r} has the name of a table; rename one of them")
         kinds = [k for k in KINDS if k in op]
         if len(kinds) != 1:
             raise QuailError(f"operator {name!r}: give exactly one of {', '.join(KINDS)}")

@@ -6,7 +6,8 @@ import sys
 import time
 
 
-def test_the_local_worker_admits_only_its_owner_and_quail_worker_stop_stops_it(tmp_path, monkeypatch):
+def test_the_local_worker_admits_only_its_owner_and_quail_worker_stop_stops_it_pid_file_or_not(tmp_path,
+                                                                                          monkeypatch):
     import pytest
 
     from quail.errors import QuailError
@@ -25,6 +26,8 @@ def test_the_local_worker_admits_only_its_owner_and_quail_worker_stop_stops_it(t
     assert ensure_local_worker("smollm2-135m", "float32", 256) == (location, token)  # found, not restarted
     [pid_file] = (tmp_path / "worker").glob("*.pid")
     pid = int(pid_file.read_text())
+    assert WorkerClient(location, token).info()["pid"] == pid
+    pid_file.unlink()  # removed under the running worker: it is still found, by its socket and token
     out = subprocess.run([sys.executable, "-m", "quail.cli", "worker", "stop"], capture_output=True, text=True,
                          check=True, env=dict(os.environ, QUAIL_HOME=str(tmp_path))).stdout
     assert out.strip() == f"stopped 1 local worker(s): pid {pid}"

@@ -168,6 +168,10 @@ def test_a_worker_serves_on_ipv6_loopback(smollm2):
     assert location == f"grpc://[::1]:{port}"
     server = _serve(smollm2, location, None)
     try:
-        assert WorkerClient(location, TOKEN, timeout=10).info()["model"]
+        client = WorkerClient(location, TOKEN, timeout=10)
+        assert client.info()["model"]
+        with pytest.raises(QuailError, match="stop is for a local worker on a Unix socket"):
+            client.stop()  # a token holder stops no TCP worker
+        assert client.info()["model"]
     finally:
         server.shutdown()

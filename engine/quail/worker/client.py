@@ -106,6 +106,10 @@ class WorkerClient:
     def cancel(self, job_id: str) -> dict:
         return self._action("cancel", job_id)
 
+    def stop(self) -> int:
+        """Asks a local worker to stop as SIGTERM would; returns its process id."""
+        return int(self._action("stop")["pid"])
+
     def wait(self, job_id: str, poll: float = 0.5, on_progress: Callable[[dict], None] | None = None) -> dict:
         while True:
             status = self.status(job_id)

@@ -145,11 +145,13 @@ def local_workers() -> list[tuple[str, str]]:
 def stop_local_workers(folder: Path | None = None) -> list[int]:
     """Sends SIGTERM to the local workers started on demand (they finish their rows in flight);
     returns their process ids. Only a process that holds a worker's pid file is signalled
-    (worker/liveness.py); a dead worker's pid file is removed."""
+    (worker/liveness.py); a dead worker's pid file is removed. A worker whose pid file is gone is
+    asked to stop through its socket, with the token it wrote for this user."""
     import signal
 
+    folder = folder or private_folder(home() / "worker")
     stopped = []
-    for pid_file in sorted((folder or private_folder(home() / "worker")).glob("*.pid")):
+    for pid_file in sorted(folder.glob("*.pid")):
         pid = holder(pid_file)
         if pid is None:
             pid_file.unlink(missing_ok=True)
@@ -159,4 +161,14 @@ def stop_local_workers(folder: Path | None = None) -> list[int]:
             stopped.append(pid)
         except ProcessLookupError:
             pass
+    for sock in sorted(folder.glob("*.sock")):
+        location = unix_location(sock)
+        if (token := read_token(location)) is None:
+            continue
+        try:
+            client = WorkerClient(location, token, timeout=5)
+            if client.info().get("pid") not in stopped:
+                stopped.append(client.stop())
+        except QuailError:
+            continue  # not a worker that answers: nothing to stop
     return stopped

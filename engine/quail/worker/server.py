@@ -56,7 +56,7 @@ class Cancelled(QuailError):
     """A job cancelled while it ran: its rows in flight finished, nothing more was started."""
 
 
-OFFERED = "the Quail worker takes jobs by do_put and answers do_get and do_action (info, status, cancel)"
+OFFERED = "the Quail worker takes jobs by do_put and answers do_get and do_action (info, status, cancel, stop)"
 NOT_OFFERED = {flight.FlightMethod.LIST_FLIGHTS: "list_flights", flight.FlightMethod.GET_FLIGHT_INFO: "get_flight_info",
                flight.FlightMethod.GET_SCHEMA: "get_schema", flight.FlightMethod.DO_EXCHANGE: "do_exchange"}
 
@@ -144,6 +144,7 @@ class Worker(flight.FlightServerBase):
             os.umask(old_umask)
         if sock is not None:
             os.chmod(sock, 0o600)
+        self.socket = sock
         self.session = session
         self.model = session.loaded.identity
         self.stale = False  # its model's files changed since they were loaded: it stops
@@ -255,6 +256,14 @@ class Worker(flight.FlightServerBase):
             with self.lock:
                 self._cancel(job)
             doc = job.status()
+        elif action.type == "stop":
+            # a local worker's owner stops it by its socket and token when its pid file is gone; the
+            # call returns before the server stops (shutdown waits for calls in flight)
+            if self.socket is None:
+                raise flight.FlightServerError("stop is for a local worker on a Unix socket; stop a TCP worker's "
+                                               "process where it runs")
+            doc = {"pid": os.getpid()}
+            threading.Thread(target=self.shutdown, name="quail-stop", daemon=True).start()
         else:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
         return [flight.Result(json.dumps(doc).encode())]  # built here, so that message_only sees its errors
@@ -271,7 +280,8 @@ class Worker(flight.FlightServerBase):
                 "active_jobs": sum(not j.ended for j in list(self.jobs.values())),
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
                 "cascade_models": sorted(self.session.peers),
-                "answer_store": None if self.session.store is None else str(self.session.store.path)}
+                "answer_store": None if self.session.store is None else str(self.session.store.path),
+                "pid": os.getpid()}
 
     def _ahead(self, job: Job, consumers: list, answers: pa.Table, inputs: list) -> None:
         """The DAG's consumers of these rows, computed now while their KV is hot (worker/ahead.py)."""

@@ -268,14 +268,26 @@ def check_target(target: str, sources: Iterable[str] = ()) -> "SqlLocation | Pat
     if target in sources or (isinstance(where, SqlLocation) and any(_reads_table(where, s) for s in sources)):
         raise QuailError(f"target {target!r} is {INPUT}")
     if isinstance(where, SqlLocation):
-        try:
-            with sql_engine(where.conn_id).connect():
-                pass
-        except sa.exc.SQLAlchemyError as e:
-            raise QuailError(f"target {target!r}: {e.__class__.__name__}: {str(e).splitlines()[0]}") from None
+        _check_writable(where, target)
     elif local is not None:
         check_output(local, "target", dict.fromkeys(inputs, INPUT))
     return where
+
+
+def _check_writable(where: SqlLocation, target: str) -> None:
+    """The connection answers and may create and drop a table beside the target, as writing it
+    does (a staging table renamed over it): a read-only database or user is refused before any
+    computing, not after it. The probe table is gone whatever happens."""
+    assert where.table is not None  # target_location refuses a target that is not a table
+    engine = sql_engine(where.conn_id)
+    probe = sa.Table(f"{where.table}__quail_probe_{uuid.uuid4().hex[:8]}", sa.MetaData(), sa.Column("x", sa.Integer))
+    try:
+        with _one_transaction(engine) as c:
+            probe.create(c)
+            probe.drop(c)
+    except sa.exc.SQLAlchemyError as e:
+        why = str(getattr(e, "orig", e)).splitlines()[0]
+        raise QuailError(f"target {target!r} cannot be written: {e.__class__.__name__}: {why}") from None
 
 
 def _database(conn_id: str) -> tuple:

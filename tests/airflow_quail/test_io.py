@@ -320,3 +320,23 @@ def test_a_locked_sqlite_source_is_named_not_a_traceback(sqlite_conn, tmp_path):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_a_target_its_connection_may_not_write_is_refused_before_any_work(postgres, postgres_conn, monkeypatch):
+    """A user who may read the database but not create tables in it: refused by check_target, where
+    it was refused only by the write after all the computing; the probe table is never left."""
+    from airflow_quail.io import check_target
+
+    write_target(TABLE, f"sql://{postgres_conn}/scored")
+    with _engine(postgres_conn).begin() as c:
+        c.exec_driver_sql("DROP ROLE IF EXISTS reader")
+        c.exec_driver_sql("CREATE ROLE reader LOGIN")
+        c.exec_driver_sql("GRANT SELECT ON scored TO reader")
+    monkeypatch.setenv("AIRFLOW_CONN_READER", json.dumps({"conn_type": "postgres", "host": "127.0.0.1",
+                                                          "port": postgres, "login": "reader", "schema": "postgres"}))
+    assert read_source("sql://reader/scored").num_rows == 3
+    with pytest.raises(QuailError, match=r"target 'sql://reader/out' cannot be written: .*permission denied"):
+        check_target("sql://reader/out", ["sql://reader/scored"])
+    check_target(f"sql://{postgres_conn}/out", [f"sql://{postgres_conn}/scored"])  # the owner may
+    with _engine(postgres_conn).connect() as c:
+        assert not [t for t in sa.inspect(c).get_table_names() if "quail_probe" in t]

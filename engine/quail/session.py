@@ -34,7 +34,7 @@ from quail.ops.filter import FilterResult, run_filter
 from quail.ops.generate import GenerateResult, Written, run_generate
 from quail.ops.grammar import JSON_SEPARATORS, FreeText, Grammar, JsonSchema, llg_tokenizer
 from quail.ops.join import JoinResult, run_join
-from quail.ops.prompts import PromptLayout
+from quail.ops.prompts import MAX_CHARS_PER_TOKEN, PromptLayout
 from quail.reuse import Retain, Reuse
 from quail.specs import FieldSpec
 
@@ -86,7 +86,7 @@ class Session:
     def __init__(self, loaded: LoadedModel, plan: PhysicalPlan) -> None:
         self.loaded = loaded
         self.engine = Engine(loaded.model, plan)
-        self.layout = PromptLayout(loaded.tokenizer)
+        self.layout = PromptLayout(loaded.tokenizer, context=loaded.config.max_position)
         self.options: dict = {}  # how Session.open made it: how its peers are opened
         self.peers: dict[str, Session] = {}
         self.peers_lock = threading.Lock()
@@ -153,7 +153,12 @@ class Session:
         follows a document in one prompt. `rows` are the input row numbers that errors name."""
         limit = self.context - suffix
         out = Documents([])
-        for i, tokens in zip(rows or range(len(texts)), render(texts)):
+        if not truncate and (long := next(((i, len(t)) for i, t in zip(rows or range(len(texts)), texts)
+                                           if len(t) > self.context * MAX_CHARS_PER_TOKEN), None)):
+            raise QuailError(f"{what} {long[0]}: the document is {long[1]:,} characters, far more than the model's "
+                             f"context holds ({limit:,} tokens after the question). Use --truncate to cut long "
+                             f"documents.")
+        for i, tokens in zip(rows or range(len(texts)), render(texts)):  # the layout cuts what it must
             if len(tokens) > limit:
                 if not truncate:
                     raise QuailError(

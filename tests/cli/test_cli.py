@@ -156,6 +156,32 @@ def test_document_longer_than_context(tmp_path, capsys):
     assert json.loads(stats.read_text())["rows_truncated"] == 1
 
 
+def test_a_cell_far_beyond_the_context_never_reaches_the_tokenizer_whole(tmp_path, capsys, monkeypatch):
+    """A cell larger than the context could ever hold is refused by its length, or cut before it is
+    tokenized: a 50 MB cell took 3 minutes and 8 GB in the tokenizer."""
+    from quail.model.tokenizer import Tokenizer
+    from quail.ops.prompts import MAX_CHARS_PER_TOKEN
+
+    longest = [0]
+    encode = Tokenizer.encode_batch
+
+    def measured(self, texts, *args, **kwargs):
+        longest[0] = max([longest[0], *map(len, texts)])
+        return encode(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(Tokenizer, "encode_batch", measured)
+    src, out, stats = tmp_path / "huge.parquet", tmp_path / "o.parquet", tmp_path / "s.json"
+    huge = "word " * 2_000_000  # 10 million characters; SmolLM2's context is 8,192 tokens
+    pq.write_table(pa.table({"text": ["short one", huge]}), src)
+    fails(capsys, "filter", src, "--text-column", "text", "--predicate", "Sport?", "--output", out,
+          match="row 1: the document is 10,000,000 characters, far more than the model's context holds")
+    assert not out.exists()
+    assert run_cli("filter", src, "--text-column", "text", "--predicate", "Sport?", "--truncate", "--keep-all",
+                   "--output", out, "--stats", stats) == 0
+    assert json.loads(stats.read_text())["rows_truncated"] == 1
+    assert longest[0] <= (8192 + 1) * MAX_CHARS_PER_TOKEN + 100  # the cut text and its heading
+
+
 def test_explain_runs_nothing_and_each_mechanism_switches_off(tmp_path, news, capsys):
     base = ["filter", news, "--text-column", "text", "--predicate", "Sport?", "--predicate", "A goal?",
             "--threshold", "0"]

@@ -5,5 +5,6 @@ MECHANISMS = ("rewind", "prefix", "retention", "answers")  # the forms of reuse 
 DEFAULT_MAX_BATCH_TOKENS = 2048  # tokens in one forward pass on a CPU, unless told otherwise
 DEFAULT_CUDA_MAX_BATCH_TOKENS = 8192  # on a GPU: enough rows to fill its matmuls (bench/README.md, "GPU check")
 DEFAULT_PORT = 8815  # the worker's TCP port
+DEFAULT_MAX_QUEUED = 64  # unfinished jobs of one DAG a worker holds (Worker._admit)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90  # of the free device memory after the weights: the arena and one pass
 DEVICE_HELP = "auto (CUDA when there is one), cpu, cuda or cuda:N"

@@ -113,6 +113,37 @@ def test_the_list_of_jobs_gives_away_no_id_and_the_id_is_what_fetches(worker):
     assert client.fetch(job).num_rows == 2 and client.status(job)["job"] == job
 
 
+def test_one_dag_queues_at_most_max_queued_jobs_and_a_submission_waits_its_turn(worker, monkeypatch):
+    """10,000 jobs from one token holder were taken in 18 s, an hour of backlog for every other DAG.
+    A DAG now holds at most `max_queued` unfinished jobs; beyond, the worker says so and the client
+    waits and submits again; another DAG is still taken."""
+    import threading
+
+    from quail.worker import client as client_module
+    from quail.worker.client import WorkerBusy
+
+    server, location = worker
+    server.max_queued = 2
+    gate, run = threading.Event(), server._run
+    monkeypatch.setattr(server, "_run", lambda job: (gate.wait(30), run(job)))  # jobs wait at the gate
+    client = WorkerClient(location, "t0k")
+
+    def submit(dag: str, task: str) -> str:
+        return client.submit(Identity(dag, task, "r"), SPEC, plan([SPEC])["f"], Reuse(), [(TEXTS, [0, 1])])[0]
+
+    monkeypatch.setattr(client_module, "BUSY_TIMEOUT", 0.0)
+    first = [submit("flood", f"t{i}") for i in range(2)]
+    with pytest.raises(WorkerBusy, match="2 unfinished jobs of DAG 'flood' .at most 2 a DAG and 8 in all"):
+        submit("flood", "t2")
+    other = submit("other", "t0")  # another DAG is not held up by the flood
+    monkeypatch.setattr(client_module, "BUSY_TIMEOUT", 60.0)
+    threading.Timer(1.0, gate.set).start()
+    late = submit("flood", "t2")  # waits until the gate lets the first ones end, then is taken
+    for job in [*first, other, late]:
+        assert client.wait(job, poll=0.05)["state"] == "done"
+    assert len(server.jobs) == 4
+
+
 def test_a_live_workers_socket_is_not_taken_over_and_a_stale_one_is(worker, smollm2, tmp_path):
     from quail.executor.engine import PhysicalPlan
     from quail.session import Session

@@ -20,6 +20,7 @@ from quail.constants import (
     DEFAULT_CUDA_MAX_BATCH_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_MAX_QUEUED,
     DEFAULT_PORT,
     DEVICE_HELP,
 )
@@ -217,6 +218,8 @@ def parser() -> argparse.ArgumentParser:
     _store_options(w, "; a pool of workers shares one database")
     w.add_argument("--max-jobs", type=at_least(1), default=8,
                    help="jobs computed at once, batched into the same passes")
+    w.add_argument("--max-queued", type=at_least(1), default=DEFAULT_MAX_QUEUED,
+                   help="unfinished jobs one DAG may hold (4 times this for all); beyond, a submission waits")
 
     a = sub.add_parser("answers", help="the answer store: what it holds, or empty it")
     a.add_argument("action", choices=["stats", "clear"])
@@ -357,7 +360,7 @@ def _worker(args: argparse.Namespace) -> None:
     session.store = None if args.no_answer_store else \
         open_store(args.answer_store, args.answer_store_file, args.max_jobs)
     token = given or new_token()
-    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs, tls)
+    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs, tls, args.max_queued)
     if not args.socket and not tls and not ipaddress.ip_address(_resolved(args.host)).is_loopback:
         print(f"quail worker: WARNING: {location} serves beyond this host without TLS: whoever can reach or "
               f"take over the port sees the token and the documents; give --tls-cert and --tls-key "

@@ -15,7 +15,7 @@ from quail.specs import OperatorSpec
 from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Span, Submission
 from quail.worker.locations import check_location, is_tls, socket_path, tls_options
-from quail.worker.protocol import MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
+from quail.worker.protocol import BUSY, MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
 
 DEFAULT_TIMEOUT = 30.0
 SUBMIT_BATCH_ROWS = 512
@@ -27,6 +27,14 @@ class WorkerLost(QuailError):
     """The worker does not answer, no longer knows the job (it was restarted), or is stopping because
     its model's files changed: a task can start or wait for a worker and resubmit, where any other
     error is final."""
+
+
+class WorkerBusy(QuailError):
+    """The worker holds as many unfinished jobs of the submitter's DAG as it takes (--max-queued):
+    submitting again once some end works."""
+
+
+BUSY_TIMEOUT = 600.0  # seconds a submission waits for a busy worker to take it
 
 
 class WorkerClient:
@@ -61,7 +69,8 @@ class WorkerClient:
             raise WorkerLost(f"the Quail worker at {self.location} did not answer within {self.timeout:.0f} s "
                              f"(the `timeout` setting, in the quail connection's extra)") from None
         except flight.FlightServerError as e:
-            error = WorkerLost if e.extra_info in (UNKNOWN_JOB, MODEL_CHANGED) else QuailError
+            error = WorkerLost if e.extra_info in (UNKNOWN_JOB, MODEL_CHANGED) else \
+                WorkerBusy if e.extra_info == BUSY else QuailError
             raise error(f"the Quail worker: {str(e).splitlines()[0].split('. Detail: ')[0]}") from None
 
     def _action(self, name: str, body: str = "") -> Any:
@@ -88,8 +97,16 @@ class WorkerClient:
                 writer.done_writing()
                 return json.loads(reader.read().to_pybytes())
 
-        reply = self._call(put)
-        return reply["job"], reply["attached"]
+        deadline, delay = time.monotonic() + BUSY_TIMEOUT, 1.0
+        while True:
+            try:
+                reply = self._call(put)
+                return reply["job"], reply["attached"]
+            except WorkerBusy:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(2 * delay, 15.0)
 
     def info(self) -> dict:
         return self._action("info")

@@ -65,6 +65,7 @@ def content_digest(submission: Submission, model: str, documents: str) -> str:
 
 UNKNOWN_JOB = b"quail:unknown-job"  # a Flight error's extra info: the worker does not know the job (restarted)
 MODEL_CHANGED = b"quail:model-changed"  # ... or its model's files changed since it loaded them: it is stopping
+BUSY = b"quail:busy"  # ... or it holds as many unfinished jobs of the submitter's DAG as it takes: wait
 MAX_COMMAND_BYTES = 1 << 20  # a submission's JSON; its documents travel as the Arrow table
 
 

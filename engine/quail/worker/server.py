@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from quail.constants import DEFAULT_MAX_QUEUED
 from quail.cost.observed import SelectivityStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
@@ -41,6 +42,7 @@ from quail.worker.ahead import consumer_input, consumers_ahead
 from quail.worker.jobs import Job, JobState
 from quail.worker.locations import socket_path
 from quail.worker.protocol import (
+    BUSY,
     MODEL_CHANGED,
     UNKNOWN_JOB,
     content_digest,
@@ -130,7 +132,8 @@ AHEAD = ("rows", "tokens_computed", "document_tokens_computed", "retention", "to
 
 class Worker(flight.FlightServerBase):
     def __init__(self, session: Session, location: str, token: str, ttl: float = 3600.0,
-                 idle_timeout: float | None = None, max_jobs: int = 8, tls: tuple[bytes, bytes] | None = None):
+                 idle_timeout: float | None = None, max_jobs: int = 8, tls: tuple[bytes, bytes] | None = None,
+                 max_queued: int = DEFAULT_MAX_QUEUED):
         if not token:
             raise QuailError("a worker needs a token (quail.worker.tokens)")
         sock = claim_location(location)
@@ -153,6 +156,7 @@ class Worker(flight.FlightServerBase):
         self.by_identity: dict[str, list[str]] = {}  # an identity's jobs: a resubmission with other content adds one
         self.lock = threading.Lock()
         self.runners = ThreadPoolExecutor(max_jobs, thread_name_prefix="quail-job")
+        self.max_queued = max_queued
         self.store = SelectivityStore()
         self.last_call = time.time()
         if idle_timeout:
@@ -215,6 +219,7 @@ class Worker(flight.FlightServerBase):
             job = next(live, None)
             attached = job is not None
             if job is None:
+                self._admit(submission.identity.dag_id)
                 for earlier in same:  # only its submitter knows its id (worker/protocol.py)
                     if earlier.id == submission.replaces:
                         self._cancel(earlier)
@@ -223,6 +228,18 @@ class Worker(flight.FlightServerBase):
                 self.by_identity.setdefault(key, []).append(job.id)
                 self.runners.submit(self._run, job)
         writer.write(pa.py_buffer(json.dumps({"job": job.id, "attached": attached}).encode()))
+
+    def _admit(self, dag_id: str) -> None:
+        """Under the lock: one DAG (a run's tasks, or one client flooding) holds at most `max_queued`
+        unfinished jobs, and all of them together four times that, so no submitter queues hours of
+        work ahead of everyone else. The client waits and submits again (worker/client.py)."""
+        unfinished = [j for j in self.jobs.values() if not j.ended]
+        mine = sum(j.submission.identity.dag_id == dag_id for j in unfinished)
+        if mine >= self.max_queued or len(unfinished) >= 4 * self.max_queued:
+            whose = f"of DAG {dag_id!r} " if mine >= self.max_queued else ""
+            raise flight.FlightServerError(f"the worker holds {max(mine, len(unfinished))} unfinished jobs {whose}"
+                                           f"(at most {self.max_queued} a DAG and {4 * self.max_queued} in all, "
+                                           f"--max-queued); submit again once some end", extra_info=BUSY)
 
     @message_only
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:

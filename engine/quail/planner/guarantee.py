@@ -52,8 +52,10 @@ class Guarantee:
         return cls(**{f.name: d[f.name] for f in fields(cls)})
 
     def describe(self) -> str:
-        held = f"error at most {self.bound:.3f}" if self.bound is not None else "no threshold passed: every row " \
-                                                                                 "goes to the larger model"
+        held = f"error at most {self.bound:.3f}" if self.bound is not None else (
+            "no threshold passed: every row goes to the larger model"
+            + ("" if self.tested else f"; a threshold needs at least {_fewest(1 - self.target, self.delta)} labelled "
+                                      f"rows reaching it to be certified even with no error"))
         return (f"{self.metric} >= {self.target} with probability >= {1 - self.delta:g}: band [{self.low:.3f}, "
                 f"{self.high:.3f}], from {self.sample} rows the larger model labelled ({self.tested} thresholds "
                 f"tested; {held}; {self.method})")
@@ -137,11 +139,11 @@ def choose(metric: str, target: float, delta: float, scores: list[list[float]], 
         low, high = (1 - tau, tau) if tau is not None else (0.0, 1.0)
     elif metric == "precision":  # `high` coming down; nothing below it is sent on: recall is not asked
         found, bound, tested = _sequence(GRID[1:], lambda h: counts_at(h, h), 1 - target, delta)
-        low = high = 1.0 if found is None else found
+        low, high = (0.0, 1.0) if found is None else (found, found)  # none certified: the larger model answers all
     else:  # `low` going up; nothing above it is sent on: precision is not asked
         found, bound, tested = _sequence([round(1 - g, 3) for g in GRID[1:]], lambda lo: counts_at(lo, lo),
                                          1 - target, delta)
-        low = high = 0.0 if found is None else found
+        low, high = (0.0, 1.0) if found is None else (found, found)
     return Guarantee(metric, target, delta, float(low), float(high), len(truth), tested, bound)
 
 

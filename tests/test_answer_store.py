@@ -342,6 +342,22 @@ def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(tmp_p
     assert AnswerStore(path).get(keys[:1], 1) == {keys[0]: [0.75]}
 
 
+@pytest.mark.parametrize("used", ["abc", None, 1.5, b"\x01"])
+def test_a_last_use_that_is_no_time_is_used_anew_not_a_traceback(tmp_path, used):
+    path = tmp_path / "a.sqlite"
+    keys = _planted(path, b"\x00" * 8)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t AS SELECT * FROM answers")  # a column without its NOT NULL: a damaged row
+    db.execute("DROP TABLE answers")
+    db.execute("CREATE TABLE answers (key BLOB PRIMARY KEY, value BLOB NOT NULL, used) WITHOUT ROWID")
+    db.execute("INSERT INTO answers SELECT key, value, ? FROM t", (used,))
+    db.commit()
+    store = AnswerStore(path, touch_every=0)
+    assert len(store.get(keys, 1)) == 12  # each one's value is whole: an answer, used now
+    assert {r[0] for r in db.execute("SELECT typeof(used) FROM answers")} == {"integer"}
+    db.close()
+
+
 def test_a_written_output_is_a_flag_then_whole_token_ids_and_nothing_else_passes():
     from array import array
 

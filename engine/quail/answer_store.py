@@ -179,8 +179,8 @@ class AnswerStore:
                     for k, v, used in rows:
                         if (answer := as_answer(v, width)) is None:
                             damaged += 1
-                        else:
-                            recent[bytes(k)] = (answer, used)
+                        else:  # a last use that is no time is as good as none: it is written anew
+                            recent[bytes(k)] = (answer, used if type(used) is int else 0)
                 stale = []
                 for k in keys:
                     if (hit := recent.get(k)) is not None and fits(hit[0], width):

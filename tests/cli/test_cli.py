@@ -296,8 +296,8 @@ def test_classify_with_label_descriptions_and_top_2(tmp_path, news):
         assert (row["p_label"], row["p_label_2"]) == (ps[0][0], ps[1][0])
 
 
-def test_explain_describes_a_cascade_whose_band_is_chosen_in_the_run(news, capsys):
+def test_explain_describes_a_cascade_whose_band_is_chosen_in_the_run(news, capsys, tiny_model_dir):
     assert run_cli("filter", news, "--text-column", "text", "--predicate", "Is it sport?", "--explain",
-                   "--cascade", "qwen2.5-coder-0.5b", "--cascade-target", "precision=0.9") == 0
+                   "--cascade", tiny_model_dir, "--cascade-target", "precision=0.9") == 0
     out, err = capsys.readouterr()
     assert "a band chosen for precision >= 0.9 (delta 0.05) on 400 rows of the first window" in out, err

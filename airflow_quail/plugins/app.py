@@ -25,6 +25,7 @@ class _Counts(BaseModel):
     tokens_computed: StrictInt
     tokens_naive: StrictInt
     tokens_reused: dict[str, StrictInt]
+    tokens_generated: StrictInt = 0
 
 
 class _Retain(BaseModel):

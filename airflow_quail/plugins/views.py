@@ -83,11 +83,13 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
                     f"<td class='l'>{'on' if op.get('prefix_sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"
                     f"<td>{s['tokens_computed']:,}</td>"
                     + "".join(f"<td>{s['tokens_reused'].get(k, 0):,}</td>" for k in MECHANISMS)
-                    + f"<td>{s['tokens_naive']:,}</td><td>{saved:.0%}</td></tr>")
+                    + f"<td>{s['tokens_naive']:,}</td><td>{saved:.0%}</td>"
+                    + f"<td>{s.get('tokens_generated', 0):,}</td></tr>")
     table = ("<table><tr><th class='l'>task</th><th class='l'>worker (windows)</th><th>rows in</th><th>rows out</th>"
              "<th class='l'>chain mode</th>"
              "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th>"
-             + "".join(f"<th>{k}</th>" for k in MECHANISMS) + "<th>without reuse</th><th>saved</th></tr>"
+             + "".join(f"<th>{k}</th>" for k in MECHANISMS) + "<th>without reuse</th><th>saved</th>"
+             "<th title='tokens an extract or a map wrote, beside its prompts'>written</th></tr>"
              + "".join(rows) + "</table>")
     return page(f"{dag_id} / {run_id}", "<h2>Tokens by task</h2>" + tokens_svg(tasks) + table
                 + "<h2>Predicted and actual</h2>" + predicted_html(tasks))

@@ -61,6 +61,10 @@ def test_a_run_page_shows_each_tasks_plan_and_tokens_charted():
     pool = run_html("quail_jokes", "r1", {"tech": MANIFEST | {"workers": {"grpc://gpu0:8815": 3,
                                                                             "grpc://gpu1:8815": 1}}})
     assert "<td class='l'>grpc://gpu0:8815 (3), grpc://gpu1:8815 (1)</td>" in pool
+    # an extract's tokens written, beside its prompts' accounting (0 for the kinds that write none)
+    extract = MANIFEST | {"stats": MANIFEST["stats"] | {"tokens_generated": 4321}}
+    assert "<td>41%</td><td>4,321</td></tr>" in run_html("quail_support", "r1", {"fields": extract})
+    assert "<td>41%</td><td>0</td></tr>" in html and ">written</th>" in html
 
 
 def test_the_workers_table_counts_the_arena_pages():

@@ -151,3 +151,32 @@ operators:
     # every document's KV, kept by the extract for the map: only the map's question is computed
     assert s["document_tokens_computed"] == 0 and s["tokens_reused"]["retention"] > 0
     assert pq.read_table(tmp_path / "summary.parquet").column_names == ["id", "text", "mapped", "truncated"]
+
+
+def _explained(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv] + ["--explain"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 0, err
+    return out
+
+
+def test_the_next_plan_expects_what_each_field_wrote_not_the_bound(docs, tmp_path, capsys):
+    """The prediction of tokens written starts at the bound (max_new_tokens a row) and, once a run
+    has written the fields, is their observed means per field: a schema that gains a field keeps
+    the bound until that field is seen too."""
+    from quail.cost.observed import WrittenStore
+
+    base = ["extract", docs, "--text-column", "text", "--field", "company:str=the company named",
+            "--field", "paid:bool", "--max-new-tokens", "120", *MODEL]
+    assert "written at most 360" in _explained(capsys, *base)
+    stats = tmp_path / "s.json"
+    assert run(capsys, *base, "--output", tmp_path / "o.parquet", "--stats", stats, "--no-answer-store")[0] == 0
+    s = json.loads(stats.read_text())
+    means = WrittenStore().means()
+    assert len(means) == 2 and all(m > 0 for m in means.values())
+    expected = 3 * (sum(means.values()) + 3)  # two fields' means, the braces and a separator, a row
+    assert s["predicted"]["tokens_generated_at_most"] == 360  # this run was planned before it wrote
+    assert f"written about {expected:,.0f} (at most 360)" in _explained(capsys, *base)
+    assert abs(expected - s["tokens_generated"]) <= 0.25 * s["tokens_generated"]  # near what was written
+    assert "written at most 360" in _explained(capsys, *base, "--field", "items:int")  # a field not seen yet

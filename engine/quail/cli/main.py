@@ -413,7 +413,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     require_engine(f"`quail {args.command}`")
     import torch
 
-    from quail.cost.observed import SelectivityStore
+    from quail.cost.observed import SelectivityStore, WrittenStore
     from quail.model.loader import check_available
     from quail.pipeline.explain import describe_plan, describe_run
     from quail.pipeline.runner import Runner
@@ -425,7 +425,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                                                       not args.no_retention, not args.no_borrowing,
                                                       not args.no_answer_store)
     plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
-                     retention_on=reuse.retention)
+                     retention_on=reuse.retention, written=WrittenStore().means())
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows, args.max_tokens)
     runner.check_inputs()
     if not explain:

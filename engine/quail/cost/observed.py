@@ -1,9 +1,11 @@
-"""The stats store: selectivities observed in earlier runs, refining the planner's estimates.
+"""The stats stores: what earlier runs observed, refining the planner's estimates.
 
-A small JSON file under $QUAIL_HOME keyed by the filter's fingerprint. The estimate is Laplace's
-rule of succession, (passed + 1) / (rows + 2): 0.5 before any observation. A file that is not such
-a mapping (garbage, a cut-off write, another shape) is set aside beside it, with a warning, and the
-run goes on with an empty store.
+Small JSON files under $QUAIL_HOME of counts per key. `selectivity.json`, keyed by a filter's
+fingerprint: rows asked and passed; the estimate is Laplace's rule of succession, (passed + 1) /
+(rows + 2): 0.5 before any observation. `written.json`, keyed by an extract's field or a map's
+instruction (kinds/extract.py `written_parts`): rows and tokens written; the estimate is their mean.
+A file that is not such a mapping (garbage, a cut-off write, another shape) is set aside beside it,
+with a warning, and the run goes on with an empty store.
 """
 
 import json
@@ -17,17 +19,18 @@ from quail.paths import home
 log = logging.getLogger(__name__)
 
 
-def _counts(value: object) -> bool:
-    """{"rows": R, "passed": P}, whole numbers with 0 <= P <= R."""
-    if not isinstance(value, dict) or set(value) != {"rows", "passed"}:
-        return False
-    rows, passed = value["rows"], value["passed"]
-    return all(type(n) is int for n in (rows, passed)) and 0 <= passed <= rows
+class _CountsStore:
+    file = ""
+    fields: tuple[str, str] = ("", "")
+    what = ""
 
-
-class SelectivityStore:
     def __init__(self, path: Path | None = None):
-        self.path = path or home() / "selectivity.json"
+        self.path = path or home() / self.file
+
+    def _valid(self, value: object) -> bool:
+        """{FIRST: R, SECOND: S}, whole numbers at least 0."""
+        return isinstance(value, dict) and set(value) == set(self.fields) and \
+            all(type(n) is int and n >= 0 for n in value.values())
 
     def _read(self) -> dict[str, dict[str, int]]:
         try:
@@ -35,14 +38,14 @@ class SelectivityStore:
         except FileNotFoundError:
             return {}
         except OSError as e:
-            log.warning("the selectivity store %s cannot be read (%s): planning without it", self.path, e.strerror)
+            log.warning("the %s %s cannot be read (%s): planning without it", self.what, self.path, e.strerror)
             return {}
         try:
             data = json.loads(text)
         except ValueError as e:  # not JSON, not UTF-8, or cut off
             return self._set_aside(f"not JSON: {e}")
-        if not isinstance(data, dict) or not all(_counts(v) for v in data.values()):
-            return self._set_aside("not a mapping of each filter to its rows and passed rows")
+        if not isinstance(data, dict) or not all(self._valid(v) for v in data.values()):
+            return self._set_aside(f"not a mapping of each key to its {' and '.join(self.fields)}")
         return data
 
     def _set_aside(self, why: str) -> dict:
@@ -50,19 +53,36 @@ class SelectivityStore:
         try:
             self.path.replace(aside)
         except OSError as e:
-            log.warning("the selectivity store %s is damaged (%s) and cannot be set aside (%s): planning without it",
+            log.warning("the %s %s is damaged (%s) and cannot be set aside (%s): planning without it", self.what,
                         self.path, why, e.strerror)
         else:
-            log.warning("the selectivity store %s is damaged (%s): set aside as %s and started anew", self.path, why,
+            log.warning("the %s %s is damaged (%s): set aside as %s and started anew", self.what, self.path, why,
                         aside.name)
         return {}
+
+    def record(self, counts: dict[str, tuple[int, int]]) -> None:
+        """Adds each key's counts, in one write."""
+        data = self._read()
+        for key, (first, second) in counts.items():
+            seen = data.setdefault(key, dict.fromkeys(self.fields, 0))
+            seen[self.fields[0]] += first
+            seen[self.fields[1]] += second
+        write_text_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))
+
+
+class SelectivityStore(_CountsStore):
+    file, fields, what = "selectivity.json", ("rows", "passed"), "selectivity store"
+
+    def _valid(self, value: object) -> bool:
+        return super()._valid(value) and value["passed"] <= value["rows"]  # type: ignore[index]
 
     def estimates(self) -> dict[str, float]:
         return {k: (v["passed"] + 1) / (v["rows"] + 2) for k, v in self._read().items()}
 
-    def record(self, fingerprint: str, rows: int, passed: int) -> None:
-        data = self._read()
-        seen = data.setdefault(fingerprint, {"rows": 0, "passed": 0})
-        seen["rows"] += rows
-        seen["passed"] += passed
-        write_text_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))
+
+class WrittenStore(_CountsStore):
+    file, fields, what = "written.json", ("rows", "tokens"), "written-token store"
+
+    def means(self) -> dict[str, float]:
+        """Each key's mean tokens written a row."""
+        return {k: v["tokens"] / v["rows"] for k, v in self._read().items() if v["rows"]}

@@ -74,6 +74,15 @@ class OperatorKind:
         return []
 
     # predicting it
+    def written_parts(self, spec: OperatorSpec) -> list[str]:
+        """The keys of the written-token store (cost/observed.py) whose observed means make a row's
+        expected writing; none for a kind that writes nothing."""
+        return []
+
+    def expected_written(self, spec: OperatorSpec, means: list[float]) -> float:
+        """The tokens a row is expected to write, from the means of its `written_parts`."""
+        return sum(means)
+
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:
         """Whether a document is asked more than one prompt: chain mode then has work to save."""
         return True

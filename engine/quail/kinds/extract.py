@@ -4,6 +4,7 @@ does not say; a row whose output reached max_new_tokens before it was complete i
 its fields null."""
 
 import argparse
+import dataclasses
 import datetime
 import json
 import unicodedata
@@ -252,6 +253,14 @@ class Extract(Writes):
 
     def columns_added(self, spec: OperatorSpec) -> list[str]:
         return [f.name for f in spec.fields] + ["truncated"]
+
+    def written_parts(self, spec: OperatorSpec) -> list[str]:
+        """A field's mean is its `"name": value` tokens, kept per field, so that a schema that gains
+        or loses a field still finds the others' means."""
+        return [f"extract field\x1f{json.dumps(dataclasses.asdict(f), sort_keys=True)}" for f in spec.fields]
+
+    def expected_written(self, spec: OperatorSpec, means: list[float]) -> float:
+        return sum(means) + len(spec.fields) + 1  # the braces, and a separator between fields
 
     def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
                partners: list[str]) -> OperatorTokens:

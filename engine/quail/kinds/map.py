@@ -70,6 +70,9 @@ class Map(Writes):
     def columns_added(self, spec: OperatorSpec) -> list[str]:
         return [spec.output_column or DEFAULT_COLUMN, "truncated"]
 
+    def written_parts(self, spec: OperatorSpec) -> list[str]:
+        return [f"map\x1f{spec.questions[0]}"]
+
     def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
                partners: list[str]) -> OperatorTokens:
         return self.written(docs, render(layout, spec.questions[0]), spec)

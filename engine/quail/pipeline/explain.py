@@ -18,11 +18,15 @@ def _accounting(p: Prediction | Stats) -> str:
     return (f"{p.tokens_computed:,.0f} computed of {p.tokens_naive:,.0f} without reuse ({saved:.0%} saved); "
             f"reused: rewind {r['rewind']:,.0f}, prefix {r['prefix']:,.0f}, retention {r['retention']:,.0f}"
             + (f", answers {r['answers']:,.0f}" if r.get("answers") else "")
-            + (_written(p.tokens_generated, isinstance(p, Prediction)) if p.tokens_generated else ""))
+            + (_written(p) if p.tokens_generated else ""))
 
 
-def _written(tokens: float, bound: bool) -> str:
-    return f"; written {'at most ' if bound else ''}{tokens:,.0f}"
+def _written(p: Prediction | Stats) -> str:
+    if not isinstance(p, Prediction):
+        return f"; written {p.tokens_generated:,.0f}"
+    if round(p.tokens_generated_expected) < round(p.tokens_generated):
+        return f"; written about {p.tokens_generated_expected:,.0f} (at most {p.tokens_generated:,.0f})"
+    return f"; written at most {p.tokens_generated:,.0f}"
 
 
 def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel, arena_pages: int,

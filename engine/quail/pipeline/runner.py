@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from quail.atomic import INPUT, Publication, check_output, write_text_atomically
-from quail.cost.observed import SelectivityStore
+from quail.cost.observed import SelectivityStore, WrittenStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
@@ -221,12 +221,17 @@ class Runner:
                for c in consumers}
         bars = {s.name: progress(first.num_rows() if s is head else None, s.name) for s in group}
         seen = {s.name: [0, 0] for s in group}  # rows asked, rows passed: a filter's observed selectivity
+        wrote: dict[str, dict[str, list[int]]] = {s.name: {} for s in group}  # rows, tokens by part written
 
         def run_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
             done = compute_window(session, plan, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
                                   bars[spec.name])
             if (observed := runtime_of(spec.kind).observed(window.spec, done.answers)) is not None:
                 seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
+            for part, counts in runtime_of(spec.kind).written_observed(window.spec, done.answers,
+                                                                       session.loaded.tokenizer.encode_batch).items():
+                total = wrote[spec.name].setdefault(part, [0, 0])
+                total[0], total[1] = total[0] + counts[0], total[1] + counts[1]
             source = first.name if spec is head else fed[spec.name].source
             table, counted = window.shaped(done.answers, source)
             if spec.name in reviews:
@@ -263,7 +268,9 @@ class Runner:
         for spec in group:
             self.outputs[spec.name] = str(sinks[spec.name].written)
             if seen[spec.name][0]:
-                SelectivityStore().record(spec.fingerprint(), *seen[spec.name])
+                SelectivityStore().record({spec.fingerprint(): (seen[spec.name][0], seen[spec.name][1])})
+            if wrote[spec.name]:
+                WrittenStore().record({part: (rows, tokens) for part, (rows, tokens) in wrote[spec.name].items()})
         return {s.name: (sinks[s.name].rows, totals[s.name].stats, totals[s.name].predicted) for s in group}
 
 

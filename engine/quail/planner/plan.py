@@ -25,6 +25,7 @@ class OperatorPlan:
     retain: retention.RetentionEntry | None
     selectivity: float | None  # a filter's estimate: observed, or the prior
     certain: bool = True  # it runs whenever its producers do: the worker may compute it ahead (worker/ahead.py)
+    written: float | None = None  # an extract's or a map's tokens written a row, as observed; None: not yet
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     @classmethod
@@ -33,7 +34,7 @@ class OperatorPlan:
         if keep is not None:
             keep = retention.RetentionEntry(tuple(keep["consumers"]), keep["passed"], keep["failed"])
         return cls(d["name"], d["rewind"], d["prefix_sharing"], d["sharing_reason"], keep, d["selectivity"],
-                   d.get("certain", True))
+                   d.get("certain", True), d.get("written"))
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,10 @@ def _validate(specs: list[OperatorSpec]) -> None:
 
 
 def plan(specs: list[OperatorSpec], observed: dict[str, float] | None = None, *, rewind: bool = True,
-         sharing: bool = True, retention_on: bool = True) -> Plan:
-    """Operators run in the given order; an input names a table or an operator listed earlier."""
+         sharing: bool = True, retention_on: bool = True, written: dict[str, float] | None = None) -> Plan:
+    """Operators run in the given order; an input names a table or an operator listed earlier.
+    `observed`: filters' selectivities; `written`: the tokens written a row, by part (the stats
+    stores, cost/observed.py)."""
     _validate(specs)
     names = {s.name for s in specs}
     for k, s in enumerate(specs):
@@ -94,7 +97,7 @@ def plan(specs: list[OperatorSpec], observed: dict[str, float] | None = None, *,
         for i in s.inputs:
             if i in names and i not in earlier:
                 raise QuailError(f"operator {s.name!r}: its input {i!r} is an operator that runs later")
-    observed = observed or {}
+    observed, written = observed or {}, written or {}
     schedule = retention.schedule(specs, observed) if retention_on else {}
     ops = []
     for s in specs:
@@ -108,5 +111,8 @@ def plan(specs: list[OperatorSpec], observed: dict[str, float] | None = None, *,
             share, why = True, "per document, where the compute saved exceeds the KV writes"
         sel = retention.selectivity(s, observed) if kind.narrows else None
         chain = rewind and (kind.asks_more_than_once(s) or keep is not None)
-        ops.append(OperatorPlan(s.name, chain, share, why, keep, sel))
+        parts = kind.written_parts(s)
+        expected = kind.expected_written(s, [written[p] for p in parts]) if parts and all(
+            p in written for p in parts) else None
+        ops.append(OperatorPlan(s.name, chain, share, why, keep, sel, written=expected))
     return Plan(tuple(specs), tuple(ops))

@@ -24,24 +24,28 @@ class Prediction:
     tokens_computed: float = 0.0
     tokens_reused: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MECHANISMS, 0.0))
     tokens_generated: float = 0.0  # the most an extract or a map may write: each row's max_new_tokens
+    tokens_generated_expected: float = 0.0  # what it is expected to write: the observed mean, else the most
 
     def add(self, other: "Prediction") -> None:
         self.tokens_naive += other.tokens_naive
         self.tokens_computed += other.tokens_computed
         self.tokens_generated += other.tokens_generated
+        self.tokens_generated_expected += other.tokens_generated_expected
         for k, v in other.tokens_reused.items():
             self.tokens_reused[k] += v
 
     @classmethod
     def from_dict(cls, d: dict) -> "Prediction":
+        most = d.get("tokens_generated_at_most", 0.0)
         return cls(d["tokens_naive"], d["tokens_computed"], dict.fromkeys(MECHANISMS, 0.0) | d["tokens_reused"],
-                   d.get("tokens_generated_at_most", 0.0))
+                   most, d.get("tokens_generated_expected", most))
 
     def rounded(self) -> dict:
         d = {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),
              "tokens_reused": {k: round(v) for k, v in self.tokens_reused.items()}}
         if self.tokens_generated:
             d["tokens_generated_at_most"] = round(self.tokens_generated)
+            d["tokens_generated_expected"] = round(self.tokens_generated_expected)
         return d
 
 
@@ -126,6 +130,7 @@ def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int],
         p.tokens_naive += reach * naive
         p.tokens_computed += reach * computed
         p.tokens_generated += reach * t.written
+        p.tokens_generated_expected += reach * (t.written if op.written is None else min(op.written, t.written))
         first = (asked[0][0] if asked else 0.0) if op.rewind else sum(a for a, _ in asked)
         p.tokens_reused["retention"] += reach * held * n * first
         p.tokens_reused["prefix"] += reach * (1 - held) * shared * first

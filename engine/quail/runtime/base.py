@@ -67,3 +67,9 @@ class KindRuntime:
     def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
         """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""
         return None
+
+    def written_observed(self, spec: OperatorSpec, answers: pa.Table,
+                         encode: Callable[[list[str]], list[list[int]]]) -> dict[str, tuple[int, int]]:
+        """(rows, tokens written) by part (OperatorKind.written_parts) for the written-token store,
+        from the rows written whole; none for a kind that writes nothing."""
+        return {}

@@ -1,5 +1,6 @@
 """An extract at run time: each field's value per row, typed, and whether the row was truncated."""
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -64,6 +65,20 @@ class ExtractRuntime(WritesRuntime):
             columns[f.name] = column(f, [None if v is None else v[f.name] for v in r.values])
         columns["truncated"] = pa.array(r.truncated, pa.bool_())
         return pa.table(columns), stats
+
+    def written_observed(self, spec: OperatorSpec, answers: pa.Table,
+                         encode: Callable[[list[str]], list[list[int]]]) -> dict[str, tuple[int, int]]:
+        """Each field's `"name": value` as the grammar writes it (ops/grammar.py JSON_SEPARATORS),
+        tokenized again: the written tokens split by field."""
+        whole = [i for i, cut in enumerate(answers.column("truncated").to_pylist()) if not cut]
+        if not whole:
+            return {}
+        out = {}
+        for f, part in zip(spec.fields, self.kind.written_parts(spec)):
+            values = answers.column(f.name).to_pylist()
+            texts = [f"{json.dumps(f.name)}: {json.dumps(values[i], ensure_ascii=False, default=str)}" for i in whole]
+            out[part] = (len(whole), sum(map(len, encode(texts))))
+        return out
 
     def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
         q = render(session.layout, spec.questions[0], spec.fields)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quail.constants import DEFAULT_MAX_QUEUED
-from quail.cost.observed import SelectivityStore
+from quail.cost.observed import SelectivityStore, WrittenStore
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import KINDS
@@ -389,7 +389,11 @@ class Worker(flight.FlightServerBase):
             job.predicted = predicted.rounded()
             if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
-                    self.store.record(job.spec.fingerprint(), *seen)
+                    self.store.record({job.spec.fingerprint(): seen})
+            if wrote := runtime_of(job.spec.kind).written_observed(job.spec, answers,
+                                                                   self.session.loaded.tokenizer.encode_batch):
+                with self.lock:
+                    WrittenStore().record(wrote)
             job.results, job.stats, job.state = answers, stats.to_dict(), JobState.DONE
         except Cancelled:
             job.state = JobState.CANCELLED

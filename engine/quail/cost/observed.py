@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class _CountsStore:
+    """Two counts per key in a JSON file, added to by each run that observes them."""
+
     file = ""
     fields: tuple[str, str] = ("", "")
     what = ""
@@ -74,7 +76,7 @@ class SelectivityStore(_CountsStore):
     file, fields, what = "selectivity.json", ("rows", "passed"), "selectivity store"
 
     def _valid(self, value: object) -> bool:
-        return super()._valid(value) and value["passed"] <= value["rows"]  # type: ignore[index]
+        return super()._valid(value) and isinstance(value, dict) and value["passed"] <= value["rows"]
 
     def estimates(self) -> dict[str, float]:
         return {k: (v["passed"] + 1) / (v["rows"] + 2) for k, v in self._read().items()}

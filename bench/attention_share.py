@@ -1,0 +1,39 @@
+"""Attention's share of Quail's time on the W1 filter (40 documents, reuse on) in fp32 and bf16 on
+this CPU: the model's attention call timed, against the whole filter's wall time (best of 3).
+
+    PYTHONPATH=engine .venv/bin/python bench/attention_share.py
+"""
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from documents import PREDICATES, reference_documents  # noqa: E402
+
+from quail.session import Session  # noqa: E402
+
+for dtype in ("float32", "bfloat16"):
+    s = Session.open("smollm2-135m", dtype, device="cpu")
+    texts = reference_documents(40, s.loaded.tokenizer)
+    s.filter(texts[:4], PREDICATES, 0.0, reuse=False, calibration="none")  # warm up
+    model, spent = s.engine.model, [0.0]
+    attend = model.attention
+
+    def timed(*args: object, attend: object = attend) -> object:
+        t = time.perf_counter()
+        out = attend(*args)
+        spent[0] += time.perf_counter() - t
+        return out
+
+    model.attention = timed
+    best = None
+    for _ in range(3):
+        spent[0] = 0.0
+        t = time.perf_counter()
+        r, stats = s.filter(texts, PREDICATES, 0.0, reuse=True, calibration="none")
+        wall = time.perf_counter() - t
+        if best is None or wall < best[0]:
+            best = (wall, spent[0], stats.tokens_computed)
+    wall, attn, tokens = best
+    print(f"{dtype}: {tokens:,} tokens in {wall:.2f} s ({tokens / wall:,.0f} tok/s); attention {attn:.2f} s "
+          f"({attn / wall:.1%})", flush=True)

@@ -44,6 +44,10 @@ def test_the_schema_allows_each_type_or_null_and_nothing_else():
     ({"fields": {"a": "str"}, "max_new_tokens": "9"}, "'max_new_tokens' must be a whole number of tokens"),
     ({"fields": {"a": "str"}, "instruction": " "}, "instruction 1 is empty"),
     ({"fields": 3}, "'fields' must be a mapping"),
+    ({"fields": {"a": ["yes", "Yes"]}}, "field 'a': values 'yes' and 'Yes' look alike"),
+    ({"fields": {"a": ["yes", " no"]}}, "field 'a': value 2 starts or ends with a space"),
+    ({"fields": {"a": ["yes", "n\u200bo"]}}, "field 'a': value 2 holds invisible or reordering characters (U+200B)"),
+    ({"fields": {"a": ["yes", "yes"]}}, "field 'a': values ['yes'] appear more than once"),
 ])
 def test_bad_fields_name_what_is_wrong(body, says):
     with pytest.raises(QuailError, match=None) as e:

@@ -2,7 +2,6 @@
 state (multi-token labels by teacher forcing on top of it)."""
 
 import argparse
-import unicodedata
 from collections.abc import Sequence
 from typing import Annotated, ClassVar
 
@@ -11,7 +10,7 @@ from pydantic import BeforeValidator
 from quail.errors import QuailError
 from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Settings, Text, cascade_from_args
-from quail.kinds.words import DEFAULT_QUESTION
+from quail.kinds.words import DEFAULT_QUESTION, check_choices
 from quail.specs import OperatorSpec
 
 
@@ -29,27 +28,6 @@ def _labels(value: object) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ValueError("'labels' must be a list of labels, or a mapping of each label to its description")
     return tuple(value), ()
-
-
-# Unicode's bidirectional controls: a label holding one shows its text in another order
-BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def check_label(label: str, i: int) -> None:
-    """A label a reader sees as it is: visible, with no space around it and no control that
-    reorders or hides its text."""
-    if not any(unicodedata.category(c)[0] not in "ZC" for c in label):
-        raise ValueError(f"label {i} is empty or invisible: {label!r}")
-    if label != label.strip():
-        raise ValueError(f"label {i} starts or ends with a space: {label!r}; give it without")
-    if hidden := sorted({f"U+{ord(c):04X}" for c in label if c in BIDI or unicodedata.category(c) in ("Cc", "Cf")}):
-        raise ValueError(f"label {i} holds invisible or reordering characters ({', '.join(hidden)}): {label!r}")
-
-
-def _looks(label: str) -> str:
-    """What a label looks like: compatibility forms folded, accents and case dropped."""
-    decomposed = unicodedata.normalize("NFKD", label)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
 
 def render(layout: Layout, question: str, labels: Sequence[str],
@@ -98,15 +76,9 @@ class ClassifySettings(Settings):
     def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
         labels, descriptions = self.labels
-        for i, label in enumerate(labels, 1):
-            check_label(label, i)
-        if dupes := sorted({x for x in labels if labels.count(x) > 1}):
+        if dupes := sorted({x for x in labels if labels.count(x) > 1 and x.strip()}):
             raise ValueError(f"duplicate labels {dupes}: give at least two distinct labels")
-        seen: dict[str, str] = {}
-        for label in labels:
-            if (other := seen.setdefault(_looks(label), label)) != label:
-                raise ValueError(f"labels {other!r} and {label!r} look alike (they differ only in case, width or "
-                                 f"accents): a reader of the output cannot tell them apart; give distinct labels")
+        check_choices(labels, "label")
         if len(labels) < 2:
             raise ValueError(f"give at least two distinct labels, got {list(labels)}")
         if descriptions and (len(descriptions) != len(labels) or not all(d.strip() for d in descriptions)):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ValidationInfo
 
 from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import Name, Settings, Text
+from quail.kinds.words import check_choices
 from quail.specs import FIELD_TYPES, FieldSpec, OperatorSpec
 
 DEFAULT_INSTRUCTION = "Extract these fields from the document."
@@ -50,6 +51,8 @@ def _field(name: str, kind: Any, description: Any = "", values: Any = ()) -> Fie
     values = tuple(values)
     if kind == "enum" and (len(values) < 1 or not all(isinstance(v, str) and v.strip() for v in values)):
         raise ValueError(f"field {name!r}: an enum needs its values, each non-empty text, got {list(values)}")
+    if kind == "enum":
+        check_choices(values, f"field {name!r}: value")
     if kind != "enum" and values:
         raise ValueError(f"field {name!r}: only an enum takes values")
     return FieldSpec(name, kind, description, values)

@@ -40,7 +40,7 @@ from quail.planner.plan import OperatorPlan, Plan, plan
 from quail.planner.predict import Prediction
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
-from quail.worker.client import WorkerClient, WorkerLost
+from quail.worker.client import WorkerClient, WorkerLost, backoff
 from quail.worker.jobs import LOST, Identity, JobState, Span, Submission, job_ref
 from quail.worker.protocol import content_digest, documents_digest
 
@@ -328,8 +328,8 @@ class BaseLLMOperator(BaseOperator):
     def _reconnect(self, hook: QuailHook, route: tuple[str, int]) -> WorkerClient:
         """The partition's worker, once one answers again: a lost local worker is started again, a
         remote one waited for with a bounded backoff, for at most the connection's `worker_lost_timeout`."""
-        bound, delay = hook.worker_lost_timeout, 1.0
-        deadline = time.monotonic() + bound
+        bound = hook.worker_lost_timeout
+        waits = backoff(bound)
         while True:
             try:
                 client = hook.get_conn(*route)
@@ -337,12 +337,11 @@ class BaseLLMOperator(BaseOperator):
                 self.log.info("the Quail worker %s answers; resubmitting", client.location)
                 return client
             except WorkerLost as e:
-                if time.monotonic() + delay > deadline:
+                if (wait := next(waits, None)) is None:
                     raise QuailError(f"no Quail worker answered for {bound:.0f} s (the connection's extra "
                                      f"`worker_lost_timeout`): {e}") from None
-                self.log.warning("%s; trying again in %.0f s", e, delay)
-                time.sleep(delay)
-                delay = min(2 * delay, 15.0)
+                self.log.warning("%s; trying again in %.0f s", e, wait)
+                time.sleep(wait)
 
     def _compute(self, run: "_TaskRun", window: Window) -> dict:
         """The window's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""

@@ -76,9 +76,9 @@ class ClassifySettings(Settings):
     def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
         labels, descriptions = self.labels
-        if dupes := sorted({x for x in labels if labels.count(x) > 1 and x.strip()}):
-            raise ValueError(f"duplicate labels {dupes}: give at least two distinct labels")
         check_choices(labels, "label")
+        if dupes := sorted({x for x in labels if labels.count(x) > 1}):
+            raise ValueError(f"duplicate labels {dupes}: give at least two distinct labels")
         if len(labels) < 2:
             raise ValueError(f"give at least two distinct labels, got {list(labels)}")
         if descriptions and (len(descriptions) != len(labels) or not all(d.strip() for d in descriptions)):

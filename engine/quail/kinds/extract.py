@@ -53,6 +53,8 @@ def _field(name: str, kind: Any, description: Any = "", values: Any = ()) -> Fie
         raise ValueError(f"field {name!r}: an enum needs its values, each non-empty text, got {list(values)}")
     if kind == "enum":
         check_choices(values, f"field {name!r}: value")
+        if dupes := sorted({v for v in values if values.count(v) > 1}):
+            raise ValueError(f"field {name!r}: values {dupes} appear more than once")
     if kind != "enum" and values:
         raise ValueError(f"field {name!r}: only an enum takes values")
     return FieldSpec(name, kind, description, values)

@@ -2,7 +2,7 @@
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 import pyarrow as pa
@@ -35,6 +35,20 @@ class WorkerBusy(QuailError):
 
 
 BUSY_TIMEOUT = 600.0  # seconds a submission waits for a busy worker to take it
+
+
+def backoff(seconds: float) -> Iterator[float]:
+    """The waits of a bounded backoff from now: 1 s, doubling up to 15 s, while the next wait ends
+    within `seconds`."""
+    deadline = time.monotonic() + seconds
+
+    def waits() -> Iterator[float]:
+        delay = 1.0
+        while time.monotonic() + delay <= deadline:
+            yield delay
+            delay = min(2 * delay, 15.0)
+
+    return waits()
 
 
 class WorkerClient:
@@ -97,16 +111,15 @@ class WorkerClient:
                 writer.done_writing()
                 return json.loads(reader.read().to_pybytes())
 
-        deadline, delay = time.monotonic() + BUSY_TIMEOUT, 1.0
+        waits = backoff(BUSY_TIMEOUT)
         while True:
             try:
                 reply = self._call(put)
                 return reply["job"], reply["attached"]
             except WorkerBusy:
-                if time.monotonic() + delay > deadline:
+                if (wait := next(waits, None)) is None:
                     raise
-                time.sleep(delay)
-                delay = min(2 * delay, 15.0)
+                time.sleep(wait)
 
     def info(self) -> dict:
         return self._action("info")

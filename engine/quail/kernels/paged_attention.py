@@ -4,6 +4,10 @@ Each sequence b brings q_len[b] new query tokens (stored contiguously from q_sta
 causally aligned at the bottom right, to its k_len[b] cached tokens found through its page table.
 On CUDA, `paged_attention` runs the Triton kernel (triton_paged_attention.py) on the same
 `AttentionMeta`; elsewhere this torch reference.
+
+The reference cuts each padded group into calls of at most `ROWS_PER_CALL` query rows, and gives
+each call only the keys its last row may see, so a prefill computes about half the scores a square
+masked call would (the CPU flash kernel skips nothing within a 512-key block).
 """
 
 from collections.abc import Callable
@@ -18,11 +22,12 @@ import torch.nn.functional as F
 class _Group:
     tok_idx: torch.Tensor  # flat positions of this group's query tokens
     pad_idx: torch.Tensor  # where they sit in the padded [b * max_q] layout
-    pages: torch.Tensor  # [b * max_pages] page ids (padding points at page 0, masked out)
+    pages: torch.Tensor  # [b, max_pages] page ids (padding points at page 0, masked out)
     mask: torch.Tensor  # [b, 1, max_q, max_pages * page_size]
     batch: int
     max_q: int
     max_k: int
+    shift: int  # the most keys any sequence sees before its first query token
 
 
 @dataclass
@@ -80,31 +85,49 @@ def _build_groups(meta: AttentionMeta) -> list[_Group]:
             _Group(
                 tok_idx=torch.from_numpy(tok_idx).to(dev),
                 pad_idx=torch.from_numpy(pad_idx).to(dev),
-                pages=torch.from_numpy(pages.reshape(-1)).to(dev),
+                pages=torch.from_numpy(pages).to(dev),
                 mask=torch.from_numpy(mask[:, None]).to(dev),
                 batch=b,
                 max_q=max_q,
                 max_k=max_k,
+                shift=int((kl - ql).max()),
             )
         )
     return out
 
 
+ROWS_PER_CALL = 64
+GATHER_BYTES = 64 << 20  # the most fp32 keys, values and mask one call gathers
+
+
 def paged_attention_reference(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta, scale: float
 ) -> torch.Tensor:
-    """q: [T, H, D]; k_cache, v_cache: [pages, page_size, kv_heads, D]. Returns [T, H, D]."""
+    """q: [T, H, D]; k_cache, v_cache: [pages, page_size, kv_heads, D]. Returns [T, H, D].
+
+    Computed in fp32 whatever the cache's dtype: torch's CPU flash kernel runs bf16 no faster than
+    fp32, and one-token steps ten times slower."""
     T, H, D = q.shape
     kvh = k_cache.shape[2]
     out = torch.empty_like(q)
     for g in meta.groups():
-        qp = q.new_zeros(g.batch * g.max_q, H, D)
-        qp[g.pad_idx] = q[g.tok_idx]
+        qp = q.new_zeros(g.batch * g.max_q, H, D, dtype=torch.float32)
+        qp[g.pad_idx] = q[g.tok_idx].float()
         qp = qp.view(g.batch, g.max_q, H, D).transpose(1, 2)
-        k = k_cache.index_select(0, g.pages).view(g.batch, g.max_k, kvh, D).transpose(1, 2)
-        v = v_cache.index_select(0, g.pages).view(g.batch, g.max_k, kvh, D).transpose(1, 2)
-        o = F.scaled_dot_product_attention(qp, k, v, attn_mask=g.mask, scale=scale, enable_gqa=True)
-        out[g.tok_idx] = o.transpose(1, 2).reshape(g.batch * g.max_q, H, D)[g.pad_idx]
+        o = torch.empty_like(qp)
+        seqs = max(1, GATHER_BYTES // (4 * g.max_k * (2 * kvh * D + g.max_q)))
+        for b0 in range(0, g.batch, seqs):
+            b1 = min(b0 + seqs, g.batch)
+            pages = g.pages[b0:b1].reshape(-1)
+            k = k_cache.index_select(0, pages).float().view(b1 - b0, g.max_k, kvh, D).transpose(1, 2)
+            v = v_cache.index_select(0, pages).float().view(b1 - b0, g.max_k, kvh, D).transpose(1, 2)
+            for r0 in range(0, g.max_q, ROWS_PER_CALL):
+                r1 = min(r0 + ROWS_PER_CALL, g.max_q)
+                keys = min(g.max_k, g.shift + r1)
+                o[b0:b1, :, r0:r1] = F.scaled_dot_product_attention(
+                    qp[b0:b1, :, r0:r1], k[:, :, :keys], v[:, :, :keys],
+                    attn_mask=g.mask[b0:b1, :, r0:r1, :keys], scale=scale, enable_gqa=True)
+        out[g.tok_idx] = o.transpose(1, 2).reshape(g.batch * g.max_q, H, D)[g.pad_idx].to(q.dtype)
     return out
 
 

@@ -121,9 +121,8 @@ class LlamaModel:
         for i, layer in enumerate(self.layers):
             h = self._rms_norm(x, layer.attn_norm)
             qkv = F.linear(h, layer.qkv, layer.qkv_bias)
-            q, k, v = qkv.split([h_q * d, h_kv * d, h_kv * d], dim=-1)
-            q = _rope(q.view(-1, h_q, d), cos, sin)
-            k = _rope(k.view(-1, h_kv, d), cos, sin)
+            qk, v = qkv.split([(h_q + h_kv) * d, h_kv * d], dim=-1)
+            q, k = _rope(qk.view(-1, h_q + h_kv, d), cos, sin).split([h_q, h_kv], dim=1)
             kv.write(i, batch.slots, k, v.view(-1, h_kv, d))
             attn = self.attention(q, kv.k[i], kv.v[i], batch.attention, self.scale)
             x = x + F.linear(attn.reshape(-1, h_q * d), layer.o)

@@ -63,3 +63,4 @@ def test_gathering_a_few_sequences_at_a_time_changes_nothing(monkeypatch):
     monkeypatch.setattr(paged_attention, "GATHER_BYTES", 1)  # one sequence per call
     meta._groups = None
     torch.testing.assert_close(paged_attention_reference(q, k, v, meta, 0.2), whole, atol=1e-6, rtol=1e-6)
+

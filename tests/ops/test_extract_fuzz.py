@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from quail.executor.engine import PhysicalPlan
 from quail.kinds.extract import json_schema
+from quail.ops.grammar import JsonMatcher
 from quail.session import Session
 from quail.specs import FIELD_TYPES, FieldSpec
 
@@ -52,3 +53,16 @@ def test_every_complete_output_validates_against_its_schema(session, fs):
             assert v is None or isinstance(v, PY.get(f.type, object)), (f, v)
             assert f.type != "enum" or v is None or v in f.values
     assert stats.tokens_computed + sum(stats.tokens_reused.values()) == stats.tokens_naive
+
+
+def test_tokens_the_grammar_forces_take_no_pass_of_their_own_and_change_nothing(session, monkeypatch):
+    fs = (FieldSpec("company", "str", "", ()), FieldSpec("paid", "float", "", ()),
+          FieldSpec("tone", "enum", "", ("good", "bad")))
+    forcing, s1 = session.extract(TEXTS, fs, max_new_tokens=60)
+    monkeypatch.setattr(JsonMatcher, "forced", lambda self: None)
+    one_by_one, s2 = session.extract(TEXTS, fs, max_new_tokens=60)
+    assert forcing.written.written == one_by_one.written.written
+    # forced or read, each token is counted once (JSON ends at its last character, with no stop token)
+    assert s1.tokens_generated == s2.tokens_generated == sum(len(w.tokens) for w in forcing.written.written)
+    # the keys, quotes and separators go in with the token read before them: 27 passes against 36
+    assert s1.forward_passes <= s2.forward_passes - 6

@@ -97,6 +97,10 @@ def _build_groups(meta: AttentionMeta) -> list[_Group]:
 
 
 ROWS_PER_CALL = 64
+# A call's keys in multiples of 16, as whole pages gave them: the CPU kernel then sums a row's
+# masked keys as exact zeros in the same order, and the row's result does not move by a bit with
+# the keys its call's other rows need
+KEYS_ALIGN = 16
 GATHER_BYTES = 64 << 20  # the most fp32 keys, values and mask one call gathers
 
 
@@ -123,7 +127,7 @@ def paged_attention_reference(
             v = v_cache.index_select(0, pages).float().view(b1 - b0, g.max_k, kvh, D).transpose(1, 2)
             for r0 in range(0, g.max_q, ROWS_PER_CALL):
                 r1 = min(r0 + ROWS_PER_CALL, g.max_q)
-                keys = min(g.max_k, g.shift + r1)
+                keys = min(g.max_k, -(-(g.shift + r1) // KEYS_ALIGN) * KEYS_ALIGN)
                 o[b0:b1, :, r0:r1] = F.scaled_dot_product_attention(
                     qp[b0:b1, :, r0:r1], k[:, :, :keys], v[:, :, :keys],
                     attn_mask=g.mask[b0:b1, :, r0:r1, :keys], scale=scale, enable_gqa=True)

@@ -1,8 +1,9 @@
 """Writing after a document: an extract's JSON or a map's text, greedily, token by token on the paged
 arena. Each row is a program whose prompt is the document (its KV retained or shared, as a filter's)
-and a question; each token it writes is then fed back as a one-token request, so rows' writing
-steps share forward passes with each other and with other rows' prompts (the scheduler batches
-them). The document's KV is rewound to and kept for later operators, as every kind keeps it."""
+and a question; each token it writes is then fed back, with the tokens the grammar forces after it
+(an extract's keys and punctuation), as one request, so rows' writing steps share forward passes
+with each other and with other rows' prompts (the scheduler batches them). The document's KV is
+rewound to and kept for later operators, as every kind keeps it."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ class GenerateResult:
 
 
 def _program(engine: Engine, doc: list[int], question: list[int], grammar: Grammar, most: int,
-             retain: Retain | None) -> Callable[[Seq | None], ProgramGen]:
+             retain: Retain | None, forced: list[int]) -> Callable[[Seq | None], ProgramGen]:
+    """forced[0] counts the tokens the grammar forced: chosen without a read of their own."""
     def program(seq: Seq | None) -> ProgramGen:
         seq = seq or Seq()
         have = len(seq)
@@ -40,13 +42,21 @@ def _program(engine: Engine, doc: list[int], question: list[int], grammar: Gramm
         matcher = grammar.matcher()
         [[row]] = yield [Extend(seq, tokens, [(len(tokens) - 1, ALL)], len(doc) - have, writes=True)]
         out: list[int] = []
+        token: int | None = matcher.choose(row)
         while True:
-            token = matcher.choose(row)
-            if matcher.accept(token):
+            # the chosen token, then each the grammar forces: fed together, read at the last
+            feed: list[int] = []
+            while token is not None and matcher.accept(token):
                 out.append(token)
+                feed.append(token)
+                if matcher.stopped or len(out) == most:
+                    break
+                token = matcher.forced()
+                forced[0] += token is not None
             if matcher.stopped or len(out) == most:
                 break
-            [[row]] = yield [Extend(seq, [token], [(0, ALL)], prompt=False, writes=True)]
+            [[row]] = yield [Extend(seq, feed, [(len(feed) - 1, ALL)], prompt=False, writes=True)]
+            token = matcher.choose(row)
         engine.cache.rewind(seq, min(len(seq), len(doc)))
         engine.pool.keep_or_release(doc, seq, retain)
         return Written(tuple(out), not matcher.stopped)
@@ -71,10 +81,11 @@ def run_generate(engine: Engine, docs: list[list[int]], question: list[int], gra
                                      progress)
         return GenerateResult(written, set(found)), stats
     retain = retain if reuse.retention else None
-    programs = []
+    programs, forced = [], [0]
     for doc in docs:
         # one prompt, written on to its end, on top of a reused base whose partial page it may copy
         pages = program_pages(engine.cache.pages_for, False, len(doc) + len(question), most, 1)
-        programs.append(Program(_program(engine, doc, question, grammar, most, retain), pages, doc))
+        programs.append(Program(_program(engine, doc, question, grammar, most, retain, forced), pages, doc))
     written, stats = engine.run(programs, progress, reuse)
+    stats.tokens_generated += forced[0]
     return GenerateResult(written), stats

@@ -26,6 +26,11 @@ class Matcher(Protocol):
         """Takes the chosen token; whether it is part of the output (a stop token is not)."""
         ...
 
+    def forced(self) -> int | None:
+        """The next token if it is the only one allowed, which greedy choice would take whatever
+        the model's log-probs: it is written without a forward pass of its own."""
+        ...
+
     @property
     def stopped(self) -> bool:
         """Whether the output is complete: nothing may follow."""
@@ -58,6 +63,9 @@ class TextMatcher:
         self.stopped = token in self._stop
         return not self.stopped
 
+    def forced(self) -> int | None:
+        return None
+
 
 # One line with json.dumps' separators: the form models saw most. Without the spaces, the 0.5B
 # wrote null for every nationality of bench/extract_quality.py's people; with free whitespace it
@@ -88,13 +96,19 @@ class JsonSchema:
 class JsonMatcher:
     def __init__(self, matcher: llguidance.LLMatcher, vocab: int, stop: int):
         self._m = matcher
-        self._stop = stop
+        self._vocab, self._stop = vocab, stop
         self._mask = lt.allocate_token_bitmask(1, vocab)
 
-    def choose(self, logprobs: np.ndarray) -> int:
+    def _allowed(self, vocab: int) -> np.ndarray:
         lt.fill_next_token_bitmask(self._m, self._mask, 0)
-        allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little")[: len(logprobs)]
-        return int(np.argmax(np.where(allowed.astype(bool), logprobs, -np.inf)))
+        return np.unpackbits(self._mask.view(np.uint8), bitorder="little")[:vocab].astype(bool)
+
+    def choose(self, logprobs: np.ndarray) -> int:
+        return int(np.argmax(np.where(self._allowed(len(logprobs)), logprobs, -np.inf)))
+
+    def forced(self) -> int | None:
+        only = np.flatnonzero(self._allowed(self._vocab))
+        return int(only[0]) if len(only) == 1 else None
 
     def accept(self, token: int) -> bool:
         if not self._m.consume_token(token):

@@ -7,38 +7,17 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 
-from quail.kernels.paged_attention import AttentionMeta, paged_attention_reference
+from quail.kernels.paged_attention import paged_attention_reference
 from quail.kernels.triton_paged_attention import paged_attention_kernel, paged_attention_triton
+from tests.kernels.test_paged_attention import ragged_batch
 
 
-PAGE = 16
 # (q_len, k_len) per sequence: a prefill, a chunk of a longer prefill, a one-token step, a question
 # on a kept document, and a prefill shorter than one page
 RAGGED = [(37, 37), (20, 70), (1, 45), (9, 130), (5, 5)]
-
-
-def _batch(heads, kv_heads, dim, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    pages_needed = sum(-(-k // PAGE) for _, k in RAGGED)
-    num_pages = pages_needed + 3
-    order = torch.randperm(num_pages, generator=g).tolist()  # tables point all over the arena
-    tables, q_start, at = [], [], 0
-    for q, k in RAGGED:
-        n = -(-k // PAGE)
-        tables.append(order[:n])
-        order = order[n:]
-        q_start.append(at)
-        at += q
-    q = torch.randn(at, heads, dim, generator=g).to(dtype)
-    k = torch.randn(num_pages, PAGE, kv_heads, dim, generator=g).to(dtype)
-    v = torch.randn(num_pages, PAGE, kv_heads, dim, generator=g).to(dtype)
-    meta = AttentionMeta(np.array(q_start), np.array([q for q, _ in RAGGED]), np.array([k for _, k in RAGGED]),
-                         tables, PAGE, torch.device("cpu"))
-    return q, k, v, meta
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
@@ -47,7 +26,7 @@ def test_interpreted_kernel_matches_the_reference(heads, kv_heads, dim, dtype, t
     from triton.runtime.interpreter import InterpretedFunction
 
     assert isinstance(paged_attention_kernel, InterpretedFunction), "the kernel module was imported before this test"
-    q, k, v, meta = _batch(heads, kv_heads, dim, dtype)
+    q, k, v, meta = ragged_batch(RAGGED, heads, kv_heads, dim, dtype)
     scale = dim ** -0.5
     got = paged_attention_triton(q, k, v, meta, scale, upcast=dtype == torch.bfloat16)
     want = paged_attention_reference(q.float(), k.float(), v.float(), meta, scale)

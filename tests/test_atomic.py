@@ -68,3 +68,14 @@ def test_a_full_disk_is_named_and_leaves_the_old_file_and_no_temporary(tmp_path,
         write_text_atomically(target, "new")
     monkeypatch.undo()
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["stats.json"]
+
+
+def test_a_signal_between_the_temporary_files_creation_and_its_use_leaves_nothing(tmp_path, monkeypatch):
+    """SIGTERM's SystemExit can land while the temporary file is being locked: it goes too."""
+    def terminated(fd: int, op: int) -> None:
+        raise SystemExit(143)
+
+    monkeypatch.setattr("quail.atomic.fcntl.flock", terminated)
+    with pytest.raises(SystemExit), replaced_atomically(tmp_path / "out.parquet"):
+        pass
+    assert list(tmp_path.iterdir()) == []

@@ -45,12 +45,16 @@ def _temporary(path: Path) -> tuple[Path, int]:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
         except FileExistsError:
             continue
-        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             if os.stat(tmp).st_ino == os.fstat(fd).st_ino:  # not swept between its creation and its lock
                 return tmp, fd
         except FileNotFoundError:
             pass
+        except BaseException:  # SIGTERM's SystemExit between its creation and its return
+            tmp.unlink(missing_ok=True)
+            os.close(fd)
+            raise
         os.close(fd)
 
 
@@ -113,11 +117,12 @@ def replaced_atomically(path: str | Path, publication: Publication | None = None
     """A temporary path to write; it replaces `path` when the block ends without an error (or, with
     a publication, when that is published), with the mode of the file it replaces, if any."""
     path = Path(path)
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp, fd = _temporary(path)
+    made: tuple[Path, int] | None = None
     handed = False
     try:
+        with writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made = tmp, fd = _temporary(path)
         with writing(path):
             mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
             if mode is not None:  # no wider than the old file's, and the owner's to write meanwhile
@@ -132,9 +137,9 @@ def replaced_atomically(path: str | Path, publication: Publication | None = None
                 tmp.chmod(mode)
             os.replace(tmp, path)
     finally:
-        if not handed:
-            tmp.unlink(missing_ok=True)
-            os.close(fd)
+        if made is not None and not handed:
+            made[0].unlink(missing_ok=True)
+            os.close(made[1])
 
 
 def write_text_atomically(path: str | Path, text: str, publication: Publication | None = None) -> None:

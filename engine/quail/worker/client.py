@@ -79,6 +79,8 @@ class WorkerClient:
                                  f"signed by the given tls_ca") from None
             raise WorkerLost(f"no Quail worker answers at {self.location}; start one with "
                              f"`quail worker serve --model MODEL` (docs/airflow.md)") from None
+        except flight.FlightCancelledError:  # a worker shutting down cancels the calls it was serving
+            raise WorkerLost(f"the Quail worker at {self.location} stopped while it answered") from None
         except flight.FlightTimedOutError:
             raise WorkerLost(f"the Quail worker at {self.location} did not answer within {self.timeout:.0f} s "
                              f"(the `timeout` setting, in the quail connection's extra)") from None

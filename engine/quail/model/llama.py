@@ -15,6 +15,13 @@ import torch.nn.functional as F
 from quail.kernels.paged_attention import AttentionMeta, select_attention
 from quail.kv.kv_arena import KVArena
 from quail.model.config import ModelConfig
+from quail.model.linear import Linear
+
+# With packed weights (a CPU in bf16) a pass's MLP runs in row blocks whose gate/up output stays
+# within this many bytes: it then stays in cache for SiLU and the down projection (gate/up of a
+# 1.5B, 1,536 rows at once: 802 GFLOP/s against 907 in blocks of 256), and a row's bits do not
+# depend on its block
+MLP_BLOCK_BYTES = 16 << 20
 
 
 @dataclass
@@ -29,12 +36,11 @@ class ForwardBatch:
 @dataclass
 class _Layer:
     attn_norm: torch.Tensor
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor
+    qkv: Linear
+    o: Linear
     mlp_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: Linear
+    down: Linear
 
 
 def inverse_frequencies(cfg: ModelConfig, freq_factors: torch.Tensor | None = None) -> torch.Tensor:
@@ -88,27 +94,32 @@ class LlamaModel:
             self.layers.append(
                 _Layer(
                     attn_norm=w(p + "input_layernorm.weight"),
-                    qkv=torch.cat([w(a + f"{n}_proj.weight") for n in "qkv"]).contiguous(),
-                    qkv_bias=bias,
-                    o=w(a + "o_proj.weight"),
+                    qkv=Linear(torch.cat([w(a + f"{n}_proj.weight") for n in "qkv"]).contiguous(), bias),
+                    o=Linear(w(a + "o_proj.weight")),
                     mlp_norm=w(p + "post_attention_layernorm.weight"),
-                    gate_up=torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]).contiguous(),
-                    down=w(p + "mlp.down_proj.weight"),
+                    gate_up=Linear(torch.cat([w(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")]).contiguous()),
+                    down=Linear(w(p + "mlp.down_proj.weight")),
                 )
             )
         self.inv_freq = inverse_frequencies(cfg, weights.get("rope_freqs.weight")).to(self.device)
         self.scale = cfg.head_dim**-0.5
+        gate_up_row = 2 * cfg.intermediate_size * self.embed.element_size()
+        packed = bool(self.layers) and self.layers[0].gate_up.packed
+        self.mlp_rows = max(256, MLP_BLOCK_BYTES // gate_up_row) if packed else None
 
     @property
     def nbytes(self) -> int:
         """Bytes the weights take on the device (a tied lm_head counted once)."""
-        tensors = {id(t): t for layer in self.layers for f in fields(layer)
-                   if (t := getattr(layer, f.name)) is not None}
-        tensors |= {id(t): t for t in (self.embed, self.lm_head, self.norm)}
-        return sum(t.numel() * t.element_size() for t in tensors.values())
+        parts = {id(t): t for t in (self.embed, self.lm_head, self.norm)}
+        parts |= {id(p): p for layer in self.layers for f in fields(layer) if (p := getattr(layer, f.name)) is not None}
+        return sum(p.nbytes for p in parts.values())
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.cfg.rms_norm_eps)
+
+    def _mlp(self, x: torch.Tensor, layer: _Layer) -> torch.Tensor:
+        gate, up = layer.gate_up(self._rms_norm(x, layer.mlp_norm)).chunk(2, dim=-1)
+        return layer.down(F.silu(gate) * up)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVArena) -> torch.Tensor:
@@ -120,14 +131,14 @@ class LlamaModel:
         x = self.embed[batch.input_ids]
         for i, layer in enumerate(self.layers):
             h = self._rms_norm(x, layer.attn_norm)
-            qkv = F.linear(h, layer.qkv, layer.qkv_bias)
+            qkv = layer.qkv(h)
             qk, v = qkv.split([(h_q + h_kv) * d, h_kv * d], dim=-1)
             q, k = _rope(qk.view(-1, h_q + h_kv, d), cos, sin).split([h_q, h_kv], dim=1)
             kv.write(i, batch.slots, k, v.view(-1, h_kv, d))
             attn = self.attention(q, kv.k[i], kv.v[i], batch.attention, self.scale)
-            x = x + F.linear(attn.reshape(-1, h_q * d), layer.o)
-            h = self._rms_norm(x, layer.mlp_norm)
-            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            x = x + layer.o(attn.reshape(-1, h_q * d))
+            rows = self.mlp_rows or len(x)
+            for r in range(0, len(x), rows):
+                x[r: r + rows] += self._mlp(x[r: r + rows], layer)
         x = self._rms_norm(x[batch.logit_rows], self.norm)
         return torch.log_softmax(F.linear(x, self.lm_head).float(), dim=-1)

@@ -21,7 +21,6 @@ class Linear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         """:param weight: [out_features, in_features], contiguous, on its device and in its dtype.
         :param bias: [out_features] or None."""
-        self.out_features, self.in_features = weight.shape
         self.nbytes = weight.nbytes + (0 if bias is None else bias.nbytes)
         self.bias = bias
         self.packed = _packs(weight)

@@ -130,6 +130,8 @@ class LlamaModel:
         angles = batch.positions.float()[:, None] * self.inv_freq[None, :]
         cos, sin = angles.cos().to(self.dtype)[:, None, :], angles.sin().to(self.dtype)[:, None, :]
         x = self.embed[batch.input_ids]
+        blocks = -(-len(x) // self.mlp_rows) if self.mlp_rows else 1
+        rows = max(1, -(-len(x) // blocks))  # even blocks, so none is a single row unless the pass is
         for i, layer in enumerate(self.layers):
             h = self._rms_norm(x, layer.attn_norm)
             qkv = layer.qkv(h)
@@ -138,8 +140,6 @@ class LlamaModel:
             kv.write(i, batch.slots, k, v.view(-1, h_kv, d))
             attn = self.attention(q, kv.k[i], kv.v[i], batch.attention, self.scale)
             x = x + layer.o(attn.reshape(-1, h_q * d))
-            blocks = -(-len(x) // self.mlp_rows) if self.mlp_rows else 1
-            rows = -(-len(x) // blocks)
             for r in range(0, len(x), rows):
                 x[r: r + rows] += self._mlp(x[r: r + rows], layer)
         x = self._rms_norm(x[batch.logit_rows], self.norm)

@@ -41,7 +41,8 @@ import torch
 os.environ["QUAIL_HOME"] = tempfile.mkdtemp(prefix="quail-gpu-check-")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from quail.kernels.paged_attention import AttentionMeta, paged_attention, paged_attention_reference
+from quail.kernels.attention import paged_attention
+from quail.kernels.paged_attention import AttentionMeta, paged_attention_reference
 
 PAGE = 16
 TARGETS = {"w1_x_rowwise": 10.0, "w1_x_batched": 2.0, "attention_bandwidth_fraction": 0.70,

@@ -2,7 +2,7 @@
 question by the same model again (tomorrow's run of a DAG, a re-run after a crash, another
 process) is not computed again.
 
-A key is a digest of the model's identity (its weights' digest, dtype and device kind), the
+A key is a digest of the model's identity (its weights' digest, dtype, device kind and attention), the
 question's identity (the kind and the prompt's tokens after the document) and the document's
 tokens. A value is the model's raw probabilities (before calibration and before any threshold),
 so a changed threshold, top-k or calibration still finds them. No text is stored: only digests

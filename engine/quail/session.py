@@ -112,7 +112,7 @@ class Session:
         started = time.perf_counter()
         loaded = load_model(model, dtype, device)
         say(f"loaded {loaded.name} in {time.perf_counter() - started:.1f} s, {loaded.model.dtype} "
-            f"({loaded.dtype_why})")
+            f"({loaded.dtype_why}), attention {loaded.model.attention_name} ({loaded.model.attention_why})")
         started = time.perf_counter()
         plan = PhysicalPlan.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
         say(f"arena sized in {time.perf_counter() - started:.1f} s: {plan.arena_pages:,} pages")

@@ -270,7 +270,8 @@ def _describe_worker(info: dict) -> str:
               f"arena {info['arena_pages']:,} pages ({m['rule']})") if m else \
         f"{info['device']}: arena {info['arena_pages']:,} pages"
     cascades = f"; cascade models loaded: {', '.join(info['cascade_models'])}" if info["cascade_models"] else ""
-    return (f"{info['model']} ({info['dtype']}: {info.get('dtype_why') or 'given'}) on {memory}, "
+    return (f"{info['model']} ({info['dtype']}: {info.get('dtype_why') or 'given'}; attention {info['attention']}: "
+            f"{info['attention_why']}) on {memory}, "
             f"{info['free_pages']:,} free, {info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens "
             f"a pass; answers in {info.get('answer_store') or 'no store'}{cascades}")
 

@@ -2,15 +2,14 @@
 
 Each sequence b brings q_len[b] new query tokens (stored contiguously from q_start[b]) and attends,
 causally aligned at the bottom right, to its k_len[b] cached tokens found through its page table.
-On CUDA, `paged_attention` runs the Triton kernel (triton_paged_attention.py) on the same
-`AttentionMeta`; elsewhere this torch reference.
+The kernels (triton_paged_attention.py on CUDA, cpu_attention.py for bf16 on CPUs with AVX512-BF16)
+take the same `AttentionMeta`; attention.py chooses among them.
 
 The reference cuts each padded group into calls of at most `ROWS_PER_CALL` query rows, and gives
 each call only the keys its last row may see, so a prefill computes about half the scores a square
 masked call would (the CPU flash kernel skips nothing within a 512-key block).
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +39,7 @@ class AttentionMeta:
     device: torch.device
     _groups: list[_Group] | None = field(default=None, repr=False)
     _triton: dict | None = field(default=None, repr=False)  # device tensors for the Triton kernel
+    _cpu: tuple | None = field(default=None, repr=False)  # host arrays for the fused CPU kernel
 
     def groups(self) -> list[_Group]:
         if self._groups is None:
@@ -133,28 +133,3 @@ def paged_attention_reference(
                     attn_mask=g.mask[b0:b1, :, r0:r1, :keys], scale=scale, enable_gqa=True)
         out[g.tok_idx] = o.transpose(1, 2).reshape(g.batch * g.max_q, H, D)[g.pad_idx].to(q.dtype)
     return out
-
-
-ATTENTION_CHOICES = ("auto", "triton", "torch")
-
-
-def select_attention(
-    backend: str, device: torch.device
-) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMeta, float], torch.Tensor]:
-    """"auto": the Triton kernel on CUDA, the torch reference elsewhere. "triton" off CUDA runs in
-    Triton's interpreter (TRITON_INTERPRET=1 before the kernel module is imported), for tests."""
-    if backend not in ATTENTION_CHOICES:
-        raise ValueError(f"attention {backend!r}: choose one of {', '.join(ATTENTION_CHOICES)}")
-    if backend == "triton" or (backend == "auto" and device.type == "cuda"):
-        from quail.kernels.triton_paged_attention import paged_attention_triton
-
-        if device.type == "cuda":
-            return paged_attention_triton
-        return lambda q, k, v, meta, scale: paged_attention_triton(q, k, v, meta, scale, upcast=True)
-    return paged_attention_reference
-
-
-def paged_attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta, scale: float
-) -> torch.Tensor:
-    return select_attention("auto", q.device)(q, k_cache, v_cache, meta, scale)

@@ -5,8 +5,7 @@ the G heads that share it are packed into the tile's rows, so K and V are loaded
 them), walks that sequence's pages BLOCK_N keys at a time through its page table, and keeps an
 online softmax in fp32. Causal alignment is at the bottom right: query token m of a sequence with
 q_len new and k_len cached tokens sees keys 0 .. k_len - q_len + m, which covers prefill, chunked
-prefill and one-token steps alike. Selected on CUDA by paged_attention(); the torch reference
-serves the CPU.
+prefill and one-token steps alike. Selected on CUDA by attention.py.
 """
 
 import numpy as np

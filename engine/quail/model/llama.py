@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 
-from quail.kernels.paged_attention import AttentionMeta, select_attention
+from quail.kernels.attention import select_attention
+from quail.kernels.paged_attention import AttentionMeta
 from quail.kv.kv_arena import KVArena
 from quail.model.config import ModelConfig
 from quail.model.linear import Linear
@@ -73,11 +74,12 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 class LlamaModel:
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16,
                  device: str | torch.device = "cpu", attention: str = "auto"):
-        """attention: "auto" (Triton on CUDA, the torch reference elsewhere), "triton" or "torch"."""
+        """attention: as select_attention takes it ("auto", "triton", "torch" or "cpu")."""
         self.cfg = cfg
         self.dtype = dtype
         self.device = torch.device(device)
-        self.attention = select_attention(attention, self.device)
+        self.attention, self.attention_name, self.attention_why = select_attention(
+            attention, self.device, dtype, cfg.head_dim)
 
         def w(name: str) -> torch.Tensor:  # a copy: a tensor read from a memory-mapped file would change with the file
             return weights[name].to(device=self.device, dtype=dtype, copy=True).contiguous()

@@ -35,7 +35,7 @@ class LoadedModel:
     config: ModelConfig
     model: LlamaModel
     tokenizer: Tokenizer
-    identity: str = ""  # its weights' digest, dtype and device kind (model/identity.py): what answers depend on
+    identity: str = ""  # weights' digest, dtype, device kind, attention where not torch's: what answers depend on
     dtype_why: str = ""  # why this dtype: given, or what `auto` measured
     files: tuple[Path, ...] = ()  # what it was loaded from
     loaded_from: Fingerprint = ()  # those files as they were when it loaded them
@@ -104,4 +104,7 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
         path.unlink(missing_ok=True)
         raise QuailError(f"assembled {spec} has sha256 {digest}, expected {pinned}; removed it, retry")
     name = spec if spec in EMBEDDED else Path(spec).name
-    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{on.type}", why, tuple(files), before)
+    # The fused CPU kernel sums in another order than the torch reference: its bf16 answers get keys of their own
+    attention = ":cpu-attention" if model.attention_name == "cpu" else ""
+    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{on.type}{attention}", why, tuple(files),
+                       before)

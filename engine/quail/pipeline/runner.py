@@ -308,6 +308,7 @@ def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan, publi
     model = session.engine.model
     doc = {"operator": run.spec.name, "command": run.spec.kind, "model": session.loaded.name,
            "dtype": str(model.dtype).removeprefix("torch."), "dtype_why": session.loaded.dtype_why,
+           "attention": model.attention_name, "attention_why": model.attention_why,
            "plan_hash": plan.hash, "rows_out": run.rows_out} | run.stats.to_dict()
     doc["predicted"] = run.predicted.rounded()
     write_text_atomically(path, json.dumps(doc, indent=2), publication)

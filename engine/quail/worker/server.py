@@ -289,6 +289,7 @@ class Worker(flight.FlightServerBase):
         engine = self.session.engine
         return {"model": self.session.loaded.name, "identity": self.model, "current": self._current(),
                 "dtype": str(engine.model.dtype).removeprefix("torch."), "dtype_why": self.session.loaded.dtype_why,
+                "attention": engine.model.attention_name, "attention_why": engine.model.attention_why,
                 "device": str(engine.model.device),
                 "arena_pages": engine.plan.arena_pages,
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,

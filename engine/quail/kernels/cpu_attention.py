@@ -1,0 +1,127 @@
+"""Paged attention over bf16 K/V on CPUs with AVX512-BF16: cpu_attention.cpp, fused.
+
+torch's CPU flash kernel runs a row block's small matmuls one head at a time, at 95-160 GFLOP/s in
+either dtype where the model's bf16 matmuls run at about 900, and wants K/V gathered out of the pages
+and widened first. cpu_attention.cpp reads the pages where they are, shares each K/V block among the
+query heads that use it, and scores with the CPU's bf16 dot products. Its results differ from the
+fp32 reference (paged_attention.py) only in the order of their sums.
+
+The source has no torch headers: one compiler call builds it in about a second, at first use, into
+$QUAIL_HOME under a name that digests the source, the flags and the compiler, and ctypes loads it.
+It runs on torch's OpenMP threads (the library it links, libgomp.so.1, is the one torch loaded).
+"""
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from quail.errors import QuailError
+from quail.paths import home
+from quail.trust import owned_file, private_folder
+
+if TYPE_CHECKING:
+    from quail.kernels.paged_attention import AttentionMeta
+
+SOURCE = Path(__file__).with_name("cpu_attention.cpp")
+FLAGS = ("-O3", "-march=x86-64-v4", "-mavx512bf16", "-fopenmp", "-shared", "-fPIC")
+ROWS = 96  # query rows (over the heads that share a K/V head) per work item: its sums stay in L1/L2
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            field, _, value = line.partition(":")
+            if field.strip() == "flags":
+                return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+_library: ctypes.CDLL | None = None
+_unavailable: str | None = None
+
+
+def library() -> ctypes.CDLL | None:
+    """The built kernel, or None with `why_unavailable()` saying why (a CPU without AVX512-BF16, no
+    compiler); built once per process."""
+    global _library, _unavailable
+    if _library is None and _unavailable is None:
+        try:
+            _library = _load()
+        except QuailError as e:
+            _unavailable = str(e)
+    return _library
+
+
+def why_unavailable() -> str | None:
+    return _unavailable
+
+
+def _load() -> ctypes.CDLL:
+    missing = {"avx512f", "avx512_bf16"} - cpu_flags()
+    if missing:
+        raise QuailError(f"this CPU lacks {', '.join(sorted(missing))}")
+    compiler = os.environ.get("CXX", "g++")
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        raise QuailError(f"no C++ compiler ({compiler})") from None
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode()])).hexdigest()[:16]
+    folder = private_folder(home() / "kernels")
+    path = folder / f"cpu_attention-{digest}.so"
+    if not owned_file(path):
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cpu_attention-", suffix=".so")
+        os.close(fd)
+        try:
+            built = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
+            if built.returncode != 0:
+                raise QuailError(f"{compiler} could not build {SOURCE.name}: {built.stderr.strip()[-400:]}")
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    lib = ctypes.CDLL(str(path))
+    lib.quail_cpu_attention.argtypes = [_P] * 8 + [_I] * 8 + [ctypes.c_float]
+    lib.quail_cpu_attention.restype = ctypes.c_int
+    return lib
+
+
+def _arrays(meta: "AttentionMeta") -> tuple[np.ndarray, ...]:
+    """The batch's lengths and padded page tables, built once per forward pass (every layer reuses them)."""
+    if meta._cpu is None:
+        width = max(1, max(len(t) for t in meta.page_tables))
+        table = np.zeros((len(meta.page_tables), width), dtype=np.int64)
+        for i, t in enumerate(meta.page_tables):
+            table[i, : len(t)] = t
+        meta._cpu = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in
+                          (meta.q_start, meta.q_len, meta.k_len)) + (table,)
+    return meta._cpu
+
+
+def paged_attention_cpu(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: "AttentionMeta",
+                        scale: float) -> torch.Tensor:
+    """q: [T, H, D] bf16; k_cache, v_cache: [pages, page_size, kv_heads, D] bf16. Returns [T, H, D]."""
+    lib = library()
+    if lib is None:
+        raise QuailError(f"the fused CPU attention kernel is unavailable: {_unavailable}")
+    T, H, D = q.shape
+    kv_heads, page_size = k_cache.shape[2], k_cache.shape[1]
+    if q.stride()[1:] != (D, 1) or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("the CPU attention kernel wants each token's heads contiguous and K/V caches contiguous")
+    q_start, q_len, k_len, table = _arrays(meta)
+    out = torch.empty_like(q)
+    rows = max(1, ROWS // (H // kv_heads))
+    if lib.quail_cpu_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                               q_start.ctypes.data, q_len.ctypes.data, k_len.ctypes.data, table.ctypes.data,
+                               len(q_len), table.shape[1], q.stride(0), H, kv_heads, D, page_size, rows, scale) != 0:
+        raise MemoryError("the CPU attention kernel could not have its scratch memory")
+    return out

@@ -35,5 +35,5 @@ for dtype in ("float32", "bfloat16"):
         if best is None or wall < best[0]:
             best = (wall, spent[0], stats.tokens_computed)
     wall, attn, tokens = best
-    print(f"{dtype}: {tokens:,} tokens in {wall:.2f} s ({tokens / wall:,.0f} tok/s); attention {attn:.2f} s "
+    print(f"{dtype} ({s.engine.model.attention_name} attention): {tokens:,} tokens in {wall:.2f} s ({tokens / wall:,.0f} tok/s); attention {attn:.2f} s "
           f"({attn / wall:.1%})", flush=True)

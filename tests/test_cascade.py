@@ -100,6 +100,7 @@ def test_a_worker_job_reports_each_models_tokens_and_predicts_them(sessions, tmp
         info = client.info()
         assert info["cascade_models"] == ["smollm2-135m"]
         assert _describe_worker(info).endswith("; cascade models loaded: smollm2-135m")  # quail worker status
+        assert "; attention torch: " in _describe_worker(info)
     finally:
         server.shutdown()
     assert status["state"] == "done", status

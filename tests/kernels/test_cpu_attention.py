@@ -52,6 +52,12 @@ def test_a_rows_result_does_not_depend_on_its_batch(monkeypatch):
         assert torch.equal(_alone(q, k, v, meta, s), whole[at:at + ql])
     monkeypatch.setattr(cpu_attention, "ROWS", 7)  # other work items: rows split otherwise over threads
     assert torch.equal(cpu_attention.paged_attention_cpu(q, k, v, meta, 0.125), whole)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(cpu_attention.paged_attention_cpu(q, k, v, meta, 0.125), whole)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @runs_here
@@ -75,6 +81,8 @@ def test_auto_takes_the_kernel_for_bf16_only():
     assert select_attention("torch", cpu, torch.bfloat16, 64)[0] is paged_attention_reference
     with pytest.raises(ValueError, match="attention 'cpu': float32"):
         select_attention("cpu", cpu, torch.float32, 64)
+    with pytest.raises(ValueError, match="attention 'cpu': device cuda"):
+        select_attention("cpu", torch.device("cuda"), torch.bfloat16, 64)
 
 
 @pytest.fixture

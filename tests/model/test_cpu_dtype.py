@@ -60,3 +60,6 @@ def test_a_given_dtype_is_kept_and_said(smollm2, tmp_path, monkeypatch):
     assert loaded.dtype_why == "--dtype" and loaded.identity.endswith(":float32:cpu")
     auto = load_model("smollm2-135m", "auto")
     assert "measured" in auto.dtype_why and auto.identity.split(":")[1] in ("float32", "bfloat16")
+    # The fused CPU attention sums in another order: its answers are stored apart
+    assert auto.identity.endswith(":cpu-attention") == (auto.model.attention_name == "cpu")
+    assert loaded.model.attention_name == "torch" and "float32" in loaded.model.attention_why

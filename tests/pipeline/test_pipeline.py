@@ -87,6 +87,7 @@ def test_pipeline_reuses_kv_across_operators_and_matches_scratch(pipeline, tmp_p
         assert s["tokens_naive"] == scratch[name + ".stats"]["tokens_naive"]
         assert s["predicted"]["tokens_naive"] > 0 and s["plan_hash"]
     kind = reused["kind.stats"]
+    assert kind["attention"] == "torch" and kind["attention_why"]
     assert kind["tokens_reused"]["retention"] > 0 and kind["document_tokens_computed"] == 0
     assert reused["by_venue.stats"]["tokens_reused"]["retention"] > 0
     err = capsys.readouterr().err

@@ -28,10 +28,12 @@ def select_attention(backend: str, device: torch.device, dtype: torch.dtype = to
             return paged_attention_triton, "triton", f"{backend} on cuda"
         return (lambda q, k, v, meta, scale: paged_attention_triton(q, k, v, meta, scale, upcast=True),
                 "triton", "Triton's interpreter")
-    if backend == "torch" or device.type != "cpu":
+    if backend == "torch" or (backend == "auto" and device.type != "cpu"):
         return paged_attention_reference, "torch", backend
     why = None
-    if dtype != torch.bfloat16:
+    if device.type != "cpu":
+        why = f"device {device.type}, where the fused kernel runs on the CPU"
+    elif dtype != torch.bfloat16:
         why = f"{str(dtype).removeprefix('torch.')} K/V, where the fused kernel takes bf16"
     elif head_dim % 64:
         why = f"head dim {head_dim}, where the fused kernel takes multiples of 64"

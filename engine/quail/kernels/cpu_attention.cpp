@@ -220,12 +220,13 @@ void item(const Args& a, Scratch& s, int64_t b, int64_t h, int64_t i0, int64_t i
 extern "C" {
 
 // q: [T, heads, dim] bf16, q_stride elements from one token to the next; out: the same, contiguous;
-// k, v: [pages, page_size, kv_heads, dim] bf16, contiguous; pages: [batch, max_pages]. dim must be a multiple of 64, heads a multiple of kv_heads. Returns 0, or -1
+// k, v: [pages, page_size, kv_heads, dim] bf16, contiguous; pages: [batch, max_pages]; threads: as
+// many as torch's matmuls use. dim must be a multiple of 64, heads a multiple of kv_heads. Returns 0, or -1
 // when scratch memory could not be had.
 int quail_cpu_attention(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* out,
                         const int64_t* q_start, const int64_t* q_len, const int64_t* k_len, const int64_t* pages,
                         int64_t batch, int64_t max_pages, int64_t q_stride, int64_t heads, int64_t kv_heads, int64_t dim,
-                        int64_t page_size, int64_t rows_per_item, float scale) {
+                        int64_t page_size, int64_t rows_per_item, float scale, int threads) {
     Args a{q, k, v, out, q_start, q_len, k_len, pages, max_pages, q_stride, heads, kv_heads, dim, page_size, rows_per_item,
            scale};
     // Work items: (sequence, kv head, block of query rows), numbered in that order
@@ -237,7 +238,7 @@ int quail_cpu_attention(const uint16_t* q, const uint16_t* k, const uint16_t* v,
     const int64_t items = first[batch];
     const int64_t group = heads / kv_heads, max_rows = rows_per_item * group;
     int failed = 0;
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
     {
         Scratch s{};
         s.kp = (uint32_t*)std::aligned_alloc(64, sizeof(uint32_t) * (dim / 2) * KB);

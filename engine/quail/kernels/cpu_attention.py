@@ -90,7 +90,7 @@ def _load() -> ctypes.CDLL:
         finally:
             Path(tmp).unlink(missing_ok=True)
     lib = ctypes.CDLL(str(path))
-    lib.quail_cpu_attention.argtypes = [_P] * 8 + [_I] * 8 + [ctypes.c_float]
+    lib.quail_cpu_attention.argtypes = [_P] * 8 + [_I] * 8 + [ctypes.c_float, ctypes.c_int]
     lib.quail_cpu_attention.restype = ctypes.c_int
     return lib
 
@@ -122,6 +122,7 @@ def paged_attention_cpu(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     rows = max(1, ROWS // (H // kv_heads))
     if lib.quail_cpu_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
                                q_start.ctypes.data, q_len.ctypes.data, k_len.ctypes.data, table.ctypes.data,
-                               len(q_len), table.shape[1], q.stride(0), H, kv_heads, D, page_size, rows, scale) != 0:
+                               len(q_len), table.shape[1], q.stride(0), H, kv_heads, D, page_size, rows, scale,
+                               torch.get_num_threads()) != 0:
         raise MemoryError("the CPU attention kernel could not have its scratch memory")
     return out

@@ -3,6 +3,7 @@
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -58,6 +59,21 @@ def device_name(device: torch.device) -> str:
     import platform
 
     return f"{platform.processor() or platform.machine()} x{torch.get_num_threads()}"
+
+
+def cpu_info() -> tuple[str, str]:
+    """This CPU's model name and flags as /proc/cpuinfo gives them (empty where it gives none)."""
+    name, flags = "", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            field, _, value = line.partition(":")
+            if field.strip() == "model name" and not name:
+                name = value.strip()
+            elif field.strip() == "flags" and not flags:
+                flags = value.strip()
+    except OSError:
+        pass
+    return name, flags
 
 
 def synchronize(device: torch.device) -> None:

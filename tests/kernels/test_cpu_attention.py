@@ -2,7 +2,10 @@
 its rows' independence from their batch, its choice by `auto`, and its build."""
 
 import os
+import re
 import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -95,16 +98,23 @@ def fresh_build(monkeypatch, tmp_path):
 
 
 @runs_here
-def test_the_build_is_kept_by_content_and_leaves_nothing_else(fresh_build):
-    assert cpu_attention.library() is not None
-    built = list((fresh_build / "kernels").iterdir())
-    assert len(built) == 1 and built[0].name.startswith("cpu_attention-") and built[0].suffix == ".so"
-    assert stat.S_IMODE((fresh_build / "kernels").stat().st_mode) == 0o700
+def test_builders_at_once_build_it_once_and_leave_nothing_else(fresh_build):
+    folder = fresh_build / "kernels"
+    folder.mkdir(mode=0o700)
+    (folder / ".cpu_attention-0123456789abcdef.so.4242.tmp").write_bytes(b"half")  # a builder killed with -9
+    code = "from quail.kernels import cpu_attention as c; assert c.library() is not None, c.why_unavailable()"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(["engine", os.environ.get("PYTHONPATH", "")])}
+    builders = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(3)]
+    assert [b.wait(timeout=120) for b in builders] == [0, 0, 0]
+    built = sorted(p.name for p in folder.iterdir())
+    assert len(built) == 2 and built[0] == ".build.lock" and re.fullmatch(r"cpu_attention-[0-9a-f]{16}\.so", built[1])
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert cpu_attention.library() is not None and len(list(folder.iterdir())) == 2  # this process finds it
 
 
 def test_without_a_compiler_auto_falls_back_and_says_why(fresh_build, monkeypatch):
     monkeypatch.setenv("CXX", str(fresh_build / "no-such-compiler"))
-    monkeypatch.setattr(cpu_attention, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(cpu_attention, "cpu_flags", lambda: cpu_attention.NEEDS)
     assert cpu_attention.library() is None
     fn, name, why = select_attention("auto", torch.device("cpu"), torch.bfloat16, 64)
     assert fn is paged_attention_reference and name == "torch" and "no C++ compiler" in why
@@ -113,7 +123,7 @@ def test_without_a_compiler_auto_falls_back_and_says_why(fresh_build, monkeypatc
 
 
 def test_a_cpu_without_bf16_dot_products_keeps_the_reference(fresh_build, monkeypatch):
-    monkeypatch.setattr(cpu_attention, "cpu_flags", lambda: {"avx512f"})
+    monkeypatch.setattr(cpu_attention, "cpu_flags", lambda: cpu_attention.NEEDS - {"avx512_bf16"})
     assert cpu_attention.library() is None and "lacks avx512_bf16" in cpu_attention.why_unavailable()
 
 

@@ -12,16 +12,17 @@ It runs on torch's OpenMP threads (the library it links, libgomp.so.1, is the on
 """
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from quail.device import cpu_info
 from quail.errors import QuailError
 from quail.paths import home
 from quail.trust import owned_file, private_folder
@@ -31,19 +32,13 @@ if TYPE_CHECKING:
 
 SOURCE = Path(__file__).with_name("cpu_attention.cpp")
 FLAGS = ("-O3", "-march=x86-64-v4", "-mavx512bf16", "-fopenmp", "-shared", "-fPIC")
+NEEDS = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16"}  # x86-64-v4 and bf16 dots
 ROWS = 96  # query rows (over the heads that share a K/V head) per work item: its sums stay in L1/L2
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
 def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            field, _, value = line.partition(":")
-            if field.strip() == "flags":
-                return set(value.split())
-    except OSError:
-        pass
-    return set()
+    return set(cpu_info()[1].split())
 
 
 _library: ctypes.CDLL | None = None
@@ -67,7 +62,7 @@ def why_unavailable() -> str | None:
 
 
 def _load() -> ctypes.CDLL:
-    missing = {"avx512f", "avx512_bf16"} - cpu_flags()
+    missing = NEEDS - cpu_flags()
     if missing:
         raise QuailError(f"this CPU lacks {', '.join(sorted(missing))}")
     compiler = os.environ.get("CXX", "g++")
@@ -79,17 +74,21 @@ def _load() -> ctypes.CDLL:
     digest = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode()])).hexdigest()[:16]
     folder = private_folder(home() / "kernels")
     path = folder / f"cpu_attention-{digest}.so"
-    if not owned_file(path):
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cpu_attention-", suffix=".so")
-        os.close(fd)
-        try:
-            built = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
-            if built.returncode != 0:
-                raise QuailError(f"{compiler} could not build {SOURCE.name}: {built.stderr.strip()[-400:]}")
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-    lib = ctypes.CDLL(str(path))
+    try:
+        with open(folder / ".build.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others then find its build
+            if not owned_file(path):
+                for stale in folder.glob(".cpu_attention-*.tmp"):  # a builder killed with -9 left it
+                    stale.unlink()
+                tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+                built = subprocess.run([compiler, *FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+                if built.returncode != 0:
+                    tmp.unlink(missing_ok=True)
+                    raise QuailError(f"{compiler} could not build {SOURCE.name}: {built.stderr.strip()[-400:]}")
+                os.replace(tmp, path)
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise QuailError(f"{path}: {e.strerror or e}") from None
     lib.quail_cpu_attention.argtypes = [_P] * 8 + [_I] * 8 + [ctypes.c_float, ctypes.c_int]
     lib.quail_cpu_attention.restype = ctypes.c_int
     return lib

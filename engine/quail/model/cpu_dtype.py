@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from quail.atomic import write_text_atomically
+from quail.device import cpu_info
 from quail.errors import QuailError
 from quail.model.linear import Linear
 from quail.paths import home
@@ -55,16 +56,7 @@ def _seconds(dtype: torch.dtype, hidden: int, intermediate: int) -> float:
 
 
 def _host_key(hidden: int, intermediate: int) -> str:
-    name, flags = "", ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            field, _, value = line.partition(":")
-            if field.strip() == "model name" and not name:
-                name = value.strip()
-            elif field.strip() == "flags" and not flags:
-                flags = value.strip()
-    except OSError:
-        pass
+    name, flags = cpu_info()
     flags_digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
     return f"{name}|{flags_digest}|torch {torch.__version__}|{torch.get_num_threads()} threads|{hidden}x{intermediate}"
 

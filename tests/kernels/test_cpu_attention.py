@@ -74,6 +74,25 @@ def test_queries_strided_as_the_model_splits_them():
 
 
 @runs_here
+def test_what_the_kernel_would_read_out_of_bounds_is_refused():
+    q, k, v, meta = ragged_batch(RAGGED, 9, 3, 64, torch.bfloat16)
+    meta.page_tables[2][-1] = k.shape[0]  # one page past the cache
+    with pytest.raises(ValueError, match=f"page table names page {k.shape[0]}, outside the {k.shape[0]} pages"):
+        cpu_attention.paged_attention_cpu(q, k, v, meta, 0.125)
+    q, k, v, meta = ragged_batch(RAGGED, 9, 3, 64, torch.bfloat16)
+    meta.page_tables[1].pop()  # fewer pages than its keys need
+    with pytest.raises(ValueError, match="sequence 1: 175 keys and 140 queries on 10 pages"):
+        cpu_attention.paged_attention_cpu(q, k, v, meta, 0.125)
+    q, k, v, meta = ragged_batch(RAGGED, 9, 3, 64, torch.bfloat16)
+    with pytest.raises(ValueError, match="outside the 100 query tokens"):
+        cpu_attention.paged_attention_cpu(q[:100], k, v, meta, 0.125)
+    with pytest.raises(ValueError, match="wants bf16"):
+        cpu_attention.paged_attention_cpu(q, k.float(), v.float(), meta, 0.125)
+    with pytest.raises(ValueError, match="wants bf16"):
+        cpu_attention.paged_attention_cpu(q[..., :32], k[..., :32], v[..., :32], meta, 0.125)
+
+
+@runs_here
 def test_auto_takes_the_kernel_for_bf16_only():
     cpu = torch.device("cpu")
     fn, name, why = select_attention("auto", cpu, torch.bfloat16, 64)

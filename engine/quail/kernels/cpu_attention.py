@@ -94,13 +94,21 @@ def _load() -> ctypes.CDLL:
     return lib
 
 
-def _arrays(meta: "AttentionMeta") -> tuple[np.ndarray, ...]:
-    """The batch's lengths and padded page tables, built once per forward pass (every layer reuses them)."""
+def _arrays(meta: "AttentionMeta", tokens: int, pages: int) -> tuple[np.ndarray, ...]:
+    """The batch's lengths and padded page tables, built once per forward pass (every layer reuses
+    them), and checked: the kernel reads what they point at unchecked."""
     if meta._cpu is None:
         width = max(1, max(len(t) for t in meta.page_tables))
         table = np.zeros((len(meta.page_tables), width), dtype=np.int64)
         for i, t in enumerate(meta.page_tables):
             table[i, : len(t)] = t
+            if len(t) * meta.page_size < meta.k_len[i] or meta.k_len[i] < meta.q_len[i]:
+                raise ValueError(f"sequence {i}: {meta.k_len[i]} keys and {meta.q_len[i]} queries on {len(t)} pages")
+        if len(meta.q_len) and (meta.q_start.min() < 0 or (meta.q_start + meta.q_len).max() > tokens):
+            raise ValueError(f"the queries' spans run outside the {tokens} query tokens")
+        if table.min() < 0 or table.max() >= pages:
+            raise ValueError(f"a page table names page {table.min() if table.min() < 0 else table.max()}, "
+                             f"outside the {pages} pages of the cache")
         meta._cpu = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in
                           (meta.q_start, meta.q_len, meta.k_len)) + (table,)
     return meta._cpu
@@ -114,9 +122,15 @@ def paged_attention_cpu(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         raise QuailError(f"the fused CPU attention kernel is unavailable: {_unavailable}")
     T, H, D = q.shape
     kv_heads, page_size = k_cache.shape[2], k_cache.shape[1]
-    if q.stride()[1:] != (D, 1) or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        raise ValueError("the CPU attention kernel wants each token's heads contiguous and K/V caches contiguous")
-    q_start, q_len, k_len, table = _arrays(meta)
+    if not (q.dtype == k_cache.dtype == v_cache.dtype == torch.bfloat16 and k_cache.shape == v_cache.shape
+            and k_cache.shape[3] == D and D % 64 == 0 and H % kv_heads == 0 and q.stride()[1:] == (D, 1)
+            and k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError(f"the CPU attention kernel wants bf16, head dims of 64k, each token's heads contiguous and "
+                         f"contiguous K/V caches alike; got q {tuple(q.shape)} {q.dtype}, K {tuple(k_cache.shape)} "
+                         f"{k_cache.dtype}, V {tuple(v_cache.shape)}")
+    if meta.page_size != page_size:
+        raise ValueError(f"pages of {meta.page_size} tokens in the batch, of {page_size} in the cache")
+    q_start, q_len, k_len, table = _arrays(meta, T, k_cache.shape[0])
     out = torch.empty_like(q)
     rows = max(1, ROWS // (H // kv_heads))
     if lib.quail_cpu_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),

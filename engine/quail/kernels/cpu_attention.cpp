@@ -45,7 +45,7 @@ struct Args {
     const int64_t* q_len;
     const int64_t* k_len;
     const int64_t* pages;  // [batch, max_pages]
-    int64_t max_pages, q_stride, heads, kv_heads, dim, page_size, rows_per_item;
+    int64_t max_pages, q_stride, heads, kv_heads, dim, page_size;
     float scale;
 };
 
@@ -227,8 +227,7 @@ int quail_cpu_attention(const uint16_t* q, const uint16_t* k, const uint16_t* v,
                         const int64_t* q_start, const int64_t* q_len, const int64_t* k_len, const int64_t* pages,
                         int64_t batch, int64_t max_pages, int64_t q_stride, int64_t heads, int64_t kv_heads, int64_t dim,
                         int64_t page_size, int64_t rows_per_item, float scale, int threads) {
-    Args a{q, k, v, out, q_start, q_len, k_len, pages, max_pages, q_stride, heads, kv_heads, dim, page_size, rows_per_item,
-           scale};
+    Args a{q, k, v, out, q_start, q_len, k_len, pages, max_pages, q_stride, heads, kv_heads, dim, page_size, scale};
     // Work items: (sequence, kv head, block of query rows), numbered in that order
     int64_t* first = (int64_t*)std::malloc(sizeof(int64_t) * (batch + 1));
     if (!first) return -1;

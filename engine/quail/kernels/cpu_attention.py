@@ -98,12 +98,10 @@ def _arrays(meta: "AttentionMeta", tokens: int, pages: int) -> tuple[np.ndarray,
     """The batch's lengths and padded page tables, built once per forward pass (every layer reuses
     them), and checked: the kernel reads what they point at unchecked."""
     if meta._cpu is None:
-        width = max(1, max(len(t) for t in meta.page_tables))
-        table = np.zeros((len(meta.page_tables), width), dtype=np.int64)
         for i, t in enumerate(meta.page_tables):
-            table[i, : len(t)] = t
             if len(t) * meta.page_size < meta.k_len[i] or meta.k_len[i] < meta.q_len[i]:
                 raise ValueError(f"sequence {i}: {meta.k_len[i]} keys and {meta.q_len[i]} queries on {len(t)} pages")
+        table = meta.padded_tables()
         if len(meta.q_len) and (meta.q_start.min() < 0 or (meta.q_start + meta.q_len).max() > tokens):
             raise ValueError(f"the queries' spans run outside the {tokens} query tokens")
         if table.min() < 0 or table.max() >= pages:

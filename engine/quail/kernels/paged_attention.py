@@ -41,6 +41,13 @@ class AttentionMeta:
     _triton: dict | None = field(default=None, repr=False)  # device tensors for the Triton kernel
     _cpu: tuple | None = field(default=None, repr=False)  # host arrays for the fused CPU kernel
 
+    def padded_tables(self) -> np.ndarray:
+        """The page tables as one [batch, longest table] array, padded with page 0 (never read)."""
+        table = np.zeros((len(self.page_tables), max(1, max(len(t) for t in self.page_tables))), dtype=np.int64)
+        for i, t in enumerate(self.page_tables):
+            table[i, : len(t)] = t
+        return table
+
     def groups(self) -> list[_Group]:
         if self._groups is None:
             self._groups = _build_groups(self)

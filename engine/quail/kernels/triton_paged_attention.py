@@ -85,14 +85,10 @@ def _device_meta(meta) -> dict[str, torch.Tensor]:
     (every layer reuses them)."""
     cached = meta._triton
     if cached is None:
-        width = max(1, max(len(t) for t in meta.page_tables))
-        table = np.zeros((len(meta.page_tables), width), dtype=np.int32)
-        for i, t in enumerate(meta.page_tables):
-            table[i, : len(t)] = t
         def as_t(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(meta.device)
 
-        cached = {"table": as_t(table), "q_start": as_t(meta.q_start), "q_len": as_t(meta.q_len),
+        cached = {"table": as_t(meta.padded_tables()), "q_start": as_t(meta.q_start), "q_len": as_t(meta.q_len),
                   "k_len": as_t(meta.k_len), "max_q": int(meta.q_len.max())}
         meta._triton = cached
     return cached

@@ -13,9 +13,10 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from quail.answer_stores import open_store, store_location
+from quail.answer_stores import open_store
 from quail.cli import band
 from quail.cli.progress import Progress
+from quail.cli.reads import files_read
 from quail.constants import (
     DEFAULT_CUDA_MAX_BATCH_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -28,7 +29,6 @@ from quail.errors import QuailError
 from quail.installed import require_engine
 from quail.kinds import KINDS
 from quail.kinds.settings import check_cascade_model
-from quail.model.identity import model_files
 from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, installed, pull
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
@@ -346,14 +346,16 @@ def _worker(args: argparse.Namespace) -> None:
     require_engine("`quail worker serve`")
     import torch
 
-    from quail.worker.liveness import hold, release
+    from quail.worker.liveness import check_pid_path, hold, release
     from quail.worker.server import Worker, claim_location
 
-    # before the model loads: a live worker's location, or a file at its token's path, is refused at once
-    claim_location(location)
+    # before the model loads, and before a stale socket is removed: a file at its pid or token path
+    # that no worker of this user wrote, or a live worker's location, is refused at once
+    check_pid_path(location)
     given = _worker_token(args)
     if not given:
         check_token_path(location)
+    claim_location(location)
     alive = hold(location)
     torch.set_num_threads(_threads(args))
     # each start-up phase on its own line: the hook that started this worker logs them in the task's log
@@ -425,13 +427,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     reuse = Reuse.none() if args.no_reuse else Reuse(not args.no_rewind, not args.no_prefix_sharing,
                                                       not args.no_retention, not args.no_borrowing,
                                                       not args.no_answer_store)
-    plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
-                     retention_on=reuse.retention, written=WrittenStore().means())
     runner = Runner(pipeline, args.on_null, args.truncate, args.window_rows, args.max_tokens)
     runner.check_inputs()
     if not explain:
         runner.check_outputs(*(("output", "stats", "review_output") if args.command in ("pipeline", "explain")
-                               else ("--output", "--stats", "--review-output")), kept=_kept(args, pipeline))
+                               else ("--output", "--stats", "--review-output")), kept=files_read(args, pipeline))
+    plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
+                     retention_on=reuse.retention, written=WrittenStore().means())
     for spec in pipeline.specs:
         if spec.cascade is not None:
             check_cascade_model(pipeline.model, spec.cascade.model, f"operator {spec.name!r}")
@@ -458,18 +460,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     for r in runs:
         print(describe_run(r.spec.name, r.stats, r.predicted, r.rows_out, target=r.spec.output), file=sys.stderr)
     return 0
-
-
-def _kept(args: argparse.Namespace, pipeline: Pipeline) -> dict[str, str]:
-    """The files a run reads and must never write: the pipeline file, the models' files, the answer store."""
-    kept = {store_location(args.answer_store, args.answer_store_file): "the answer store"}
-    if args.command == "pipeline":
-        kept[args.pipeline] = "the pipeline file"
-    models = [pipeline.model] + [s.cascade.model for s in pipeline.specs if s.cascade is not None]
-    for model in models:
-        if model not in EMBEDDED and Path(model).exists():
-            kept |= {str(f): f"a file of the model {model}" for f in model_files(Path(model))}
-    return kept
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:

@@ -51,7 +51,7 @@ def cache_dir() -> Path:
     return home() / "models"
 
 
-def _package_dir(name: str) -> Path | None:
+def package_dir(name: str) -> Path | None:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -77,7 +77,7 @@ def _assemble(model: EmbeddedModel) -> Path:
     if not target.exists():
         parts = []
         for pkg in model.packages:
-            d = _package_dir(pkg)
+            d = package_dir(pkg)
             if d is None:
                 raise not_installed(model)
             parts.extend(sorted((d / "data").glob("*.bin")))
@@ -92,7 +92,7 @@ def _assemble(model: EmbeddedModel) -> Path:
 def embedded_path(name: str) -> Path:
     model = EMBEDDED[name]
     if model.file is not None:
-        d = _package_dir(model.packages[0])
+        d = package_dir(model.packages[0])
         if d is None or not (d / model.file).exists():
             raise not_installed(model)
         return d / model.file
@@ -100,4 +100,4 @@ def embedded_path(name: str) -> Path:
 
 
 def installed(name: str) -> bool:
-    return all(_package_dir(p) is not None for p in EMBEDDED[name].packages)
+    return all(package_dir(p) is not None for p in EMBEDDED[name].packages)

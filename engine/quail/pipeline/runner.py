@@ -81,10 +81,10 @@ class Runner:
                       kept: dict[str, str] | None = None) -> None:
         """Refuses, before the model loads, an output or stats file that could not be written, an
         output that is not Parquet, and any output or stats file that is one of the inputs, one of
-        the files the run keeps (`kept`: path -> what it is, such as the model's files and the
+        the other files the run reads (`kept`: path -> what it is, such as the model's files and the
         pipeline file), or that another output or stats file of the run also names."""
-        claimed = {Path(p).resolve(): INPUT for p in self.pipeline.tables.values()}
-        claimed |= {Path(p).resolve(): f"{what}, which the run never writes" for p, what in (kept or {}).items()}
+        claimed = {Path(p).resolve(): what for p, what in (kept or {}).items()}
+        claimed |= {Path(p).resolve(): INPUT for p in self.pipeline.tables.values()}
         for spec in self.pipeline.specs:
             where = f"operator {spec.name!r}: " if len(self.pipeline.specs) > 1 else ""
             files = [(output_word, spec.output), (stats_word, self.pipeline.stats.get(spec.name)),

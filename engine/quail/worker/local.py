@@ -16,7 +16,7 @@ from quail.installed import require_engine
 from quail.paths import home
 from quail.trust import private_folder
 from quail.worker.client import WorkerClient
-from quail.worker.liveness import holder, pid_path
+from quail.worker.liveness import holder, pid_path, recorded
 from quail.worker.locations import socket_path, unix_location
 from quail.worker.tokens import new_token, read_token, write_token
 
@@ -145,13 +145,16 @@ def local_workers() -> list[tuple[str, str]]:
 def stop_local_workers(folder: Path | None = None) -> list[int]:
     """Sends SIGTERM to the local workers started on demand (they finish their rows in flight);
     returns their process ids. Only a process that holds a worker's pid file is signalled
-    (worker/liveness.py); a dead worker's pid file is removed. A worker whose pid file is gone is
-    asked to stop through its socket, with the token it wrote for this user."""
+    (worker/liveness.py); a dead worker's pid file is removed, any other file is left as it is. A
+    worker whose pid file is gone is asked to stop through its socket, with the token it wrote for
+    this user."""
     import signal
 
     folder = folder or private_folder(home() / "worker")
     stopped = []
     for pid_file in sorted(folder.glob("*.pid")):
+        if recorded(pid_file) is None:
+            continue  # no worker's: neither signalled nor removed
         pid = holder(pid_file)
         if pid is None:
             pid_file.unlink(missing_ok=True)

@@ -7,13 +7,16 @@ import logging
 import multiprocessing
 import random
 import sqlite3
+from array import array
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from quail.answer_signing import Signer, signer
 from quail.answer_store import AnswerStore, answer_key
 from quail.cli.main import main
+from quail.errors import QuailError
 
 
 def _put_and_get(store: AnswerStore, n: int, tag: str = "") -> dict:
@@ -264,27 +267,76 @@ def test_the_bound_is_a_setting_checked_before_use(tmp_path, monkeypatch):
 
 
 def _planted(path, value: bytes) -> list[bytes]:
-    """A store of 12 answers of 0.25, then every value replaced by `value`."""
+    """A store of 12 answers of 0.25, then every value replaced by `value`, signed with this
+    process's key: what a worker with a bug, not an intruder, could have stored."""
     keys = [answer_key("m", "q", [i]) for i in range(12)]
     store = AnswerStore(path)
     store.put((k, [0.25]) for k in keys)
     store.close()
     db = sqlite3.connect(path)
-    db.execute("UPDATE answers SET value = ?", (value,))
+    db.executemany("UPDATE answers SET value = ? WHERE key = ?", [(signer().seal(k, value), k) for k in keys])
     db.commit()
     db.close()
     return keys
 
 
+@pytest.mark.parametrize("planted", ["value", "moved", "old"])
+def test_a_value_not_signed_with_this_key_is_a_miss_counted_logged_and_stored_over(tmp_path, caplog, planted):
+    """Whoever can write the store's table cannot plant an answer: not a value of their own, nor a
+    signed value moved to another key, nor one signed with another key (a worker that has another)."""
+    path = tmp_path / "a.sqlite"
+    keys = _planted(path, array("d", [0.06]).tobytes())
+    db = sqlite3.connect(path)
+    if planted == "value":  # P(yes) 0.999 where the model says 0.06, as a hostile role would
+        db.executemany("UPDATE answers SET value = ? WHERE key = ?",
+                       [(array("d", [0.999]).tobytes() + bytes(16), k) for k in keys])
+    elif planted == "moved":  # another key's signed 0.999
+        db.executemany("UPDATE answers SET value = ? WHERE key = ?",
+                       [(signer().seal(b"another key", array("d", [0.999]).tobytes()), k) for k in keys])
+    else:
+        other = Signer(b"the key of another worker of the pool")
+        db.executemany("UPDATE answers SET value = ? WHERE key = ?",
+                       [(other.seal(k, array("d", [0.999]).tobytes()), k) for k in keys])
+    db.commit()
+    db.close()
+    store = AnswerStore(path)
+    with caplog.at_level(logging.WARNING):
+        assert store.get(keys, 1) == {}
+    assert "12 value(s) not signed with this process's key" in caplog.text
+    assert store.stats()["rejected_unsigned"] == 12 and store.stats()["key"] == signer().fingerprint
+    store.put((k, [0.06]) for k in keys)
+    assert AnswerStore(path).get(keys, 1) == {k: [0.06] for k in keys}
+
+
+def test_the_key_is_made_once_private_and_a_given_one_is_checked(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "home"))
+    first = signer().fingerprint
+    assert signer().fingerprint == first
+    assert (tmp_path / "home" / "answer-store.key").stat().st_mode & 0o777 == 0o600
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY", "x" * 32)
+    assert signer().fingerprint not in (first, Signer(b"y" * 32).fingerprint)
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY", "short")
+    with pytest.raises(QuailError, match="at least 16"):
+        signer()
+    monkeypatch.delenv("QUAIL_ANSWER_STORE_KEY")
+    key = tmp_path / "key"
+    key.write_text("z" * 32)
+    key.chmod(0o644)
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY_FILE", str(key))
+    with pytest.raises(QuailError, match="open to other users"):
+        signer()
+    key.chmod(0o600)
+    assert signer().fingerprint == Signer(b"z" * 32).fingerprint
+
+
 @pytest.mark.parametrize("where", ["store", "folder", "owner"])
 def test_a_store_another_user_could_have_written_is_not_used(tmp_path, caplog, where):
-    import array
     import os
 
     folder = tmp_path / "shared"
     folder.mkdir()
     path = folder / "a.sqlite"
-    keys = _planted(path, array.array("d", [0.999]).tobytes())
+    keys = _planted(path, array("d", [0.999]).tobytes())
     if where == "store":
         path.chmod(0o666)
     elif where == "folder":
@@ -325,7 +377,8 @@ def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(tmp_p
     keys = _planted(path, b"\x00" * 8)
     db = sqlite3.connect(path)
     db.execute("PRAGMA ignore_check_constraints = 1")
-    db.execute("UPDATE answers SET value = ? WHERE key = ?", (value if value is not None else b"", keys[0]))
+    stored = signer().seal(keys[0], value) if isinstance(value, bytes) else value if value is not None else b""
+    db.execute("UPDATE answers SET value = ? WHERE key = ?", (stored, keys[0]))
     if value is None:
         db.execute("CREATE TABLE t AS SELECT * FROM answers")  # a NULL where NOT NULL is declared: a damaged row
         db.execute("DROP TABLE answers")
@@ -337,7 +390,8 @@ def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(tmp_p
     store = AnswerStore(path)
     with caplog.at_level(logging.WARNING):
         found = store.get(keys, 1)
-    assert keys[0] not in found and len(found) == 11 and "not answers" in caplog.text
+    assert keys[0] not in found and len(found) == 11
+    assert ("not answers" if isinstance(value, bytes) else "not signed") in caplog.text
     store.put([(keys[0], [0.75])])
     assert AnswerStore(path).get(keys[:1], 1) == {keys[0]: [0.75]}
 

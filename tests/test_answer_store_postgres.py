@@ -4,10 +4,12 @@ database that goes away mid-run, and a password that is never shown. A real thro
 
 import logging
 import threading
+from array import array
 
 import pytest
 from sqlalchemy import create_engine, text
 
+from quail.answer_signing import signer
 from quail.answer_store import AnswerStore, answer_key
 from quail.answer_store_postgres import PostgresAnswerStore
 from quail.answer_stores import open_store
@@ -19,6 +21,12 @@ from tests.postgres import throwaway_cluster
 def cluster():
     with throwaway_cluster() as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    """The key the workers that share a store are given."""
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY", "the key the pool's workers share")
 
 
 @pytest.fixture
@@ -54,7 +62,7 @@ def test_answers_come_back_by_key_as_in_sqlite_and_hold_no_document(url):
     assert fresh.get([k for k, _ in items[300:]], 1) == {}  # another width is another question
     assert fresh.get([answer_key("n:float32:cpu", "q", [1])], 1) == {}
     with create_engine(url).connect() as db:
-        assert db.execute(text("SELECT version FROM quail_schema")).scalars().all() == [1]
+        assert db.execute(text("SELECT version FROM quail_schema")).scalars().all() == [2]
         assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 350
     assert fresh.stats()["answers"] == 350 and fresh.stats()["writable"]
 
@@ -64,7 +72,7 @@ def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(url, 
     [(key, value)] = _items(1)
     store.put([(key, value)])
     with create_engine(url).begin() as db:
-        db.execute(text("UPDATE quail_answers SET value = :v"), {"v": b"\x00\x00\xf8\x7f" * 2})  # NaN
+        db.execute(text("UPDATE quail_answers SET value = :v"), {"v": signer().seal(key, b"\x00\x00\xf8\x7f" * 2)})
     fresh = open_store(url)
     with caplog.at_level(logging.WARNING):
         assert fresh.get([key], 1) == {}
@@ -186,6 +194,56 @@ def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, clus
     assert "s3cret-pw" not in out + err
 
 
+def test_a_value_planted_by_a_role_that_can_write_the_table_is_a_miss(url, caplog):
+    """The issue's repro: every value set to the bytes of 0.999 by SQL, signed or not."""
+    items = [(k, [0.06 + i / 1000]) for i, (k, _) in enumerate(_items(12))]
+    open_store(url).put(items)
+    with create_engine(url).begin() as db:
+        db.execute(text("UPDATE quail_answers SET value = :v"), {"v": array("d", [0.999]).tobytes()})
+        planted = db.execute(text("SELECT key FROM quail_answers LIMIT 1")).scalar()
+    store = open_store(url)
+    with caplog.at_level(logging.WARNING):
+        assert store.get([k for k, _ in items], 1) == {}
+    assert "12 value(s) not signed" in caplog.text and store.stats()["rejected_unsigned"] == 12
+    moved = signer().seal(b"another key", array("d", [0.999]).tobytes())  # a signed value, under another key
+    with create_engine(url).begin() as db:
+        db.execute(text("UPDATE quail_answers SET value = :v WHERE key = :k"), {"v": moved, "k": planted})
+    assert open_store(url).get([planted], 1) == {}
+    store.put(items)  # computed again, and stored over
+    assert open_store(url).get([k for k, _ in items], 1) == dict(items)
+
+
+def test_a_pool_worker_with_another_key_finds_nothing_and_says_so(url, caplog, monkeypatch):
+    first = open_store(url)
+    first.put(_items(5))
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY", "the pool's other key, 32 chars.")
+    other = open_store(url)
+    with caplog.at_level(logging.WARNING):
+        assert other.get([k for k, _ in _items(5)], 1) == {}
+    assert "another QUAIL_ANSWER_STORE_KEY" in caplog.text
+    assert other.stats()["key"] != first.stats()["key"]
+
+
+def test_a_shared_store_needs_the_key_its_workers_share(url, monkeypatch, tmp_path):
+    monkeypatch.delenv("QUAIL_ANSWER_STORE_KEY")
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "home"))
+    with pytest.raises(QuailError, match="is shared: give the workers that share it one key"):
+        open_store(url)
+    assert not (tmp_path / "home" / "answer-store.key").exists()
+
+
+def test_a_store_of_unsigned_answers_is_emptied_once(url, caplog):
+    open_store(url).put(_items(4))
+    with create_engine(url).begin() as db:
+        db.execute(text("UPDATE quail_schema SET version = 1"))
+    with caplog.at_level(logging.WARNING):
+        assert open_store(url).get([k for k, _ in _items(4)], 1) == {}
+    assert "unsigned answers (schema version 1): emptied" in caplog.text
+    with create_engine(url).connect() as db:
+        assert db.execute(text("SELECT version FROM quail_schema")).scalars().all() == [2]
+        assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 0
+
+
 def test_a_store_of_a_newer_schema_is_not_used_and_the_run_goes_on(url, caplog):
     open_store(url).put(_items(3))
     with create_engine(url).begin() as db:
@@ -194,7 +252,7 @@ def test_a_store_of_a_newer_schema_is_not_used_and_the_run_goes_on(url, caplog):
     with caplog.at_level(logging.WARNING):
         assert store.get([k for k, _ in _items(3)], 1) == {}
         store.put(_items(5, "n"))
-    assert "schema version 99, newer than this Quail's 1" in caplog.text
+    assert "schema version 99, newer than this Quail's 2" in caplog.text
     with create_engine(url).connect() as db:
         assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 3  # nothing written
     from quail.cli.main import main

@@ -133,7 +133,8 @@ def test_the_worker_command_and_probe_are_ones_quail_accepts():
     folder = install[install.index("-t") + 1]
     written = {f"{folder}/{Path(source).name}" for source in install[install.index("-t") + 2:]}
     assert serve.token_file == status.token_file
-    assert {serve.token_file, serve.answer_store_file, serve.tls_key} == written
+    env = {e["name"]: e.get("value") for e in worker["env"]}
+    assert {serve.token_file, serve.answer_store_file, env["QUAIL_ANSWER_STORE_KEY_FILE"], serve.tls_key} == written
     assert serve.tls_cert and status.tls_ca  # TLS, and the probe checks the certificate
     assert serve.port == status.port == worker["ports"][0]["containerPort"]
 

@@ -17,8 +17,9 @@ folder, a full disk) is used as far as it can be, with a warning, and the run go
 
 What it holds becomes output, so it is trusted only when it could have been written by its user
 alone: a store (or its folder, or its log) that another user owns or may write is not used, with a
-warning. Every value read is checked (its length, finite, within [0, 1]); one that is not an answer
-is a miss, computed again and stored over.
+warning. Every value is signed by the process that stored it (quail/answer_signing.py); one whose
+signature fails, or that is not an answer (its length, finite, within [0, 1]), is a miss, computed
+again and stored over, counted in `stats()` and logged.
 """
 
 import functools
@@ -32,6 +33,7 @@ from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
+from quail.answer_signing import Signer, signer
 from quail.errors import QuailError
 from quail.paths import home
 from quail.trust import owned_file, private_folder
@@ -68,13 +70,17 @@ def _asked(model: str, question: str):
 
 
 class AnswerStore:
-    def __init__(self, path: Path | None = None, max_bytes: int | None = None, touch_every: float = 3600.0):
+    def __init__(self, path: Path | None = None, max_bytes: int | None = None, touch_every: float = 3600.0,
+                 signed_by: Signer | None = None):
         """max_bytes: by default $QUAIL_ANSWER_STORE_MAX_BYTES, else 1 GiB. touch_every: seconds; an
-        answer's last use is recorded no more often, so that looking up seldom means writing."""
+        answer's last use is recorded no more often, so that looking up seldom means writing.
+        signed_by: by default answer_signing.signer()."""
         self.path = Path(path) if path is not None else default_path()
         self.max_bytes = max_bytes or bound_bytes()
         self.touch_ns = int(touch_every * 1e9)
         self.writable = True
+        self.signed_by = signed_by
+        self.rejected = Rejected()
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
         # key -> (answer, last use): answers never change under their key, so these are never stale;
         # a key not found is not kept, since another process may store it at any time
@@ -84,6 +90,7 @@ class AnswerStore:
     def _open(self) -> sqlite3.Connection | None:
         try:
             self._trusted()
+            self.signed_by = self.signed_by or signer()
         except QuailError as e:
             log.warning("the answer store %s is not used (%s): answers are not stored", self.path, e)
             return None
@@ -164,7 +171,7 @@ class AnswerStore:
         if self._db is None or not keys:
             return {}
         found: dict[bytes, list] = {}
-        damaged = 0
+        seen = Rejected()
         now = time.time_ns()
         with self._lock:
             recent = self._recent
@@ -177,9 +184,8 @@ class AnswerStore:
                     rows = self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
                                             f"({','.join('?' * len(part))})", part).fetchall()
                     for k, v, used in rows:
-                        if (answer := as_answer(v, width)) is None:
-                            damaged += 1
-                        else:  # a last use that is no time is as good as none: it is written anew
+                        if (answer := seen.checked(self.signed_by, bytes(k), v, width)) is not None:
+                            # a last use that is no time is as good as none: it is written anew
                             recent[bytes(k)] = (answer, used if type(used) is int else 0)
                 stale = []
                 for k in keys:
@@ -196,9 +202,7 @@ class AnswerStore:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 self._failed("read", e)
-        if damaged:
-            log.warning("the answer store %s holds %d value(s) that are not answers (of %s): computed again",
-                        self.path, damaged, answer_words(width))
+        self.rejected.add(seen, self.path, width)
         return found
 
     def put(self, items: Iterable[tuple[bytes, list]]) -> None:
@@ -210,7 +214,7 @@ class AnswerStore:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
-                                     [(k, array("d", v).tobytes(), now) for k, v in items])
+                                     [(k, self._sealed(k, v), now) for k, v in items])
                 self._db.execute("COMMIT")
                 self._recent.update((k, (list(v), now)) for k, v in items)
                 self._bound()
@@ -218,6 +222,10 @@ class AnswerStore:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 self._failed("write", e)
+
+    def _sealed(self, key: bytes, answer: list) -> bytes:
+        assert self.signed_by is not None  # an open store has its signer
+        return self.signed_by.seal(key, array("d", answer).tobytes())
 
     def _bound(self) -> None:
         """Forgets the least recently used answers while the store is larger than max_bytes."""
@@ -251,7 +259,7 @@ class AnswerStore:
             with self._lock:
                 count = self._db.execute("SELECT count(*) FROM answers").fetchone()[0]
         return {"path": str(self.path), "answers": count, "bytes": self.size(), "max_bytes": self.max_bytes,
-                "writable": self._db is not None and self.writable}
+                "writable": self._db is not None and self.writable, **self.rejected.stats(self.signed_by)}
 
     def clear(self) -> int:
         if self._db is None or not self.writable:
@@ -270,6 +278,42 @@ class AnswerStore:
 
 
 WRITTEN = 0  # the width of a written output (an extract's, a map's): truncated or not (1 or 0), then its tokens
+
+
+class Rejected:
+    """Stored values not used since the store was opened: `unsigned` (their signature is not this
+    process's secret: planted, or stored by a worker with another secret), `damaged` (signed, yet
+    not an answer: never by a worker of this Quail)."""
+
+    def __init__(self) -> None:
+        self.unsigned = 0
+        self.damaged = 0
+
+    def checked(self, signed_by: Signer | None, key: bytes, stored: object, width: int) -> list[float] | None:
+        """The answer a stored value holds, or None, counted, where it holds none."""
+        value = signed_by.open(key, stored) if signed_by is not None and isinstance(stored, bytes) else None
+        if value is None:
+            self.unsigned += 1
+            return None
+        if (answer := as_answer(value, width)) is None:
+            self.damaged += 1
+        return answer
+
+    def add(self, seen: "Rejected", where: str | Path, width: int) -> None:
+        """Counts a lookup's rejections in the store's, and logs them."""
+        self.unsigned += seen.unsigned
+        self.damaged += seen.damaged
+        if seen.unsigned:
+            log.warning("the answer store %s holds %d value(s) not signed with this process's key (planted, or "
+                        "stored by a worker with another QUAIL_ANSWER_STORE_KEY): computed again", where,
+                        seen.unsigned)
+        if seen.damaged:
+            log.warning("the answer store %s holds %d value(s) that are not answers (of %s): computed again",
+                        where, seen.damaged, answer_words(width))
+
+    def stats(self, signed_by: Signer | None) -> dict:
+        return {"key": signed_by.fingerprint if signed_by else None, "rejected_unsigned": self.unsigned,
+                "rejected_damaged": self.damaged}
 
 
 def as_answer(value: object, width: int) -> list[float] | None:

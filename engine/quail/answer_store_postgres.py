@@ -24,12 +24,13 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from quail.answer_store import RECENT, answer_words, as_answer, bound_bytes, fits
+from quail.answer_signing import Signer, signer
+from quail.answer_store import RECENT, Rejected, bound_bytes, fits
 from quail.errors import QuailError
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2  # 2: values signed (quail/answer_signing.py); version 1's are emptied, since none would verify
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS quail_schema (version integer NOT NULL)",
     "CREATE TABLE IF NOT EXISTS quail_answers (key bytea PRIMARY KEY, value bytea NOT NULL, used bigint NOT NULL)",
@@ -61,13 +62,17 @@ def describe(url: URL) -> str:
 
 
 class PostgresAnswerStore:
-    def __init__(self, url: URL, max_bytes: int | None = None, touch_every: float = 3600.0, pool_size: int = 4):
-        """pool_size: connections kept, as many as the worker's job threads."""
+    def __init__(self, url: URL, max_bytes: int | None = None, touch_every: float = 3600.0, pool_size: int = 4,
+                 signed_by: Signer | None = None):
+        """pool_size: connections kept, as many as the worker's job threads. signed_by: by default
+        answer_signing.signer(), which a pool's workers must share."""
         self.url = url
         self.path = describe(url)  # what messages name: never the password
         self.max_bytes = max_bytes or bound_bytes()
         self.touch_ns = int(touch_every * 1e9)
         self.writable = True
+        self.signed_by = signed_by or signer(shared=self.path)
+        self.rejected = Rejected()
         self._recent: dict[bytes, tuple[list, int]] = {}
         self._lock = threading.Lock()  # guards _recent and the outage state, never a round trip
         self._down_until: float | None = None  # while it does not answer: when it is tried again
@@ -91,6 +96,11 @@ class PostgresAnswerStore:
                 version = db.execute(text("SELECT max(version) FROM quail_schema")).scalar()
                 if version is None:
                     db.execute(text("INSERT INTO quail_schema VALUES (:v)"), {"v": VERSION})
+                elif version == 1:
+                    db.execute(text("TRUNCATE quail_answers"))
+                    db.execute(text("UPDATE quail_schema SET version = :v"), {"v": VERSION})
+                    log.warning("the answer store %s held unsigned answers (schema version 1): emptied, and its "
+                                "answers are stored signed from now on", self.path)
                 elif version > VERSION:
                     log.warning("the answer store %s has schema version %d, newer than this Quail's %d: it is not "
                                 "used, and answers are not stored; upgrade Quail", self.path, version, VERSION)
@@ -122,7 +132,7 @@ class PostgresAnswerStore:
             if len(self._recent) > RECENT:
                 self._recent.clear()
             todo = [k for k in dict.fromkeys(keys) if k not in self._recent]
-        damaged = 0
+        seen = Rejected()
         try:
             if todo and self._usable():
                 with self._engine.connect() as db:
@@ -131,9 +141,7 @@ class PostgresAnswerStore:
                                           {"keys": todo[lo: lo + BATCH]}).all()
                         with self._lock:
                             for k, v, used in rows:
-                                if (answer := as_answer(bytes(v), width)) is None:
-                                    damaged += 1
-                                else:
+                                if (answer := seen.checked(self.signed_by, bytes(k), bytes(v), width)) is not None:
                                     self._recent[bytes(k)] = (answer, used)
                 self._answered()
         except (SQLAlchemyError, OSError) as e:
@@ -141,9 +149,7 @@ class PostgresAnswerStore:
         with self._lock:
             found = {k: hit[0] for k in keys if (hit := self._recent.get(k)) is not None and fits(hit[0], width)}
             stale = sorted(k for k in found if self._recent[k][1] < now - self.touch_ns)
-        if damaged:
-            log.warning("the answer store %s holds %d value(s) that are not answers (of %s): computed again",
-                        self.path, damaged, answer_words(width))
+        self.rejected.add(seen, self.path, width)
         if touch and stale and self.writable:
             self._touch(stale, now)
         return found
@@ -174,7 +180,8 @@ class PostgresAnswerStore:
                     db.execute(text("INSERT INTO quail_answers SELECT * FROM unnest(:keys, :values, :used) "
                                     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, used = EXCLUDED.used "
                                     "WHERE quail_answers.value <> EXCLUDED.value"),
-                               {"keys": [k for k, _ in part], "values": [array("d", v).tobytes() for _, v in part],
+                               {"keys": [k for k, _ in part],
+                                "values": [self.signed_by.seal(k, array("d", v).tobytes()) for k, v in part],
                                 "used": [now] * len(part)})
             self._answered()
         except (SQLAlchemyError, OSError) as e:
@@ -225,7 +232,8 @@ class PostgresAnswerStore:
         except (SQLAlchemyError, OSError) as e:
             self._failed("count", e)
         return {"path": self.path, "answers": count, "bytes": self.size() if reachable else 0,
-                "max_bytes": self.max_bytes, "writable": reachable and self.writable}
+                "max_bytes": self.max_bytes, "writable": reachable and self.writable,
+                **self.rejected.stats(self.signed_by)}
 
     def clear(self) -> int:
         try:

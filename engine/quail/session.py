@@ -18,7 +18,7 @@ from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.executor.stats import Stats
 from quail.kinds.classify import render as render_classify
-from quail.kinds.extract import DEFAULT_INSTRUCTION, DEFAULT_MAX_NEW_TOKENS, json_schema, typed
+from quail.kinds.extract import DEFAULT_INSTRUCTION, DEFAULT_MAX_NEW_TOKENS, json_schema, read_fields
 from quail.kinds.extract import render as render_extract
 from quail.kinds.filter import render as render_filter
 from quail.kinds.join import pair_room
@@ -60,10 +60,12 @@ def _retain(retain: bool | Retain | None) -> Retain | None:
 
 @dataclass
 class Extraction:
-    """An extract's rows: each one's fields by name (None for a truncated row), and which were truncated."""
+    """An extract's rows: each one's fields by name (None for a truncated row), which were truncated,
+    and per row the fields whose written value its column cannot hold (null instead)."""
 
     values: list[dict | None]
     truncated: list[bool]
+    invalid: list[list[str]]
     written: GenerateResult  # the tokens each row wrote
 
 
@@ -339,21 +341,30 @@ class Session:
 
     def _written(self, texts: list[str], question: list[int], grammar: Grammar, most: int, asked: str,
                  reuse: bool | Reuse, retain: bool | Retain | None, truncate: bool,
-                 progress: Callable[[int, int], None] | None, rows: list[int] | None) -> tuple[GenerateResult, Stats]:
-        """run_generate, with the outputs the store holds and keeping the new ones."""
+                 progress: Callable[[int, int], None] | None, rows: list[int] | None,
+                 readable: Callable[[Written], bool] = lambda w: True) -> tuple[GenerateResult, Stats]:
+        """run_generate, with the outputs the store holds and keeping the new ones. `readable`: whether
+        an output can be read as the kind's result; a stored one that cannot is a miss, a computed
+        one that cannot is not stored."""
         docs = self.documents(texts, self.layout.documents, len(question) + most, truncate, rows)
         store = self._store(reuse)
         keys = self.written_keys(asked, docs.tokens) if store is not None else None
         found = store.get(keys, WRITTEN) if store is not None and keys else {}
-        known = [Written(tuple(int(t) for t in v[1:]), bool(v[0])) if (v := found.get(k)) else None
-                 for k in keys] if keys else None
+        known = [self._stored_written(found.get(k), readable) for k in keys] if keys else None
         result, stats = run_generate(self.engine, docs.tokens, question, grammar, most, _reuse(reuse),
                                      _retain(retain), progress, known)
         if store is not None and keys:
             store.put((keys[i], [float(w.truncated), *map(float, w.tokens)]) for i, w in enumerate(result.written)
-                      if i not in result.from_store)
+                      if i not in result.from_store and readable(w))
         stats.rows_truncated = docs.truncated
         return result, stats
+
+    def _stored_written(self, value: list | None, readable: Callable[[Written], bool]) -> Written | None:
+        """A stored output, or None where there is none or it holds a token the model lacks or cannot be read."""
+        if value is None:
+            return None
+        w = Written(tuple(int(t) for t in value[1:]), bool(value[0]))
+        return w if all(t < self.loaded.config.vocab_size for t in w.tokens) and readable(w) else None
 
     @staticmethod
     def extract_asked(question: list[int], fields: tuple[FieldSpec, ...], most: int) -> str:
@@ -377,13 +388,20 @@ class Session:
         grammar = JsonSchema(self._grammar_tokenizer, json_schema(fields), self.loaded.config.vocab_size,
                              self._stop[0])
         question = render_extract(self.layout, instruction, fields)
+
+        def read(w: Written) -> tuple[dict, list[str]] | None:
+            return read_fields(fields, self.loaded.tokenizer.decode(list(w.tokens)))
+
         result, stats = self._written(texts, question, grammar, most, self.extract_asked(question, fields, most), reuse,
-                                      retain, truncate, progress, rows)
+                                      retain, truncate, progress, rows, lambda w: w.truncated or read(w) is not None)
         values: list[dict | None] = []
+        invalid: list[list[str]] = []
         for w in result.written:
-            obj = None if w.truncated else json.loads(self.loaded.tokenizer.decode(list(w.tokens)))
-            values.append(None if obj is None else {f.name: typed(f, obj[f.name]) for f in fields})
-        return Extraction(values, [w.truncated for w in result.written], result), stats
+            got = None if w.truncated else read(w)
+            values.append(got[0] if got else None)
+            # held to the schema as it was written, it reads back; if not, no field is trusted
+            invalid.append(got[1] if got else [] if w.truncated else [f.name for f in fields])
+        return Extraction(values, [w.truncated for w in result.written], invalid, result), stats
 
     def map(self, texts: list[str], instruction: str, max_new_tokens: int | None = None,
             reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,

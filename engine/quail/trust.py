@@ -62,13 +62,17 @@ def owned_file(path: Path, readable_by_others: bool = True, kind: str = "file") 
 
 
 def secret_file(path: str, flag: str) -> str:
-    """The text of a file that holds a secret (a token, a database URL with its password): refused
-    unless only its owner can read it, since one on the command line shows in `ps`."""
+    """The text of a file that holds a secret (a token, a database URL with its password, a key):
+    refused unless it is this user's and only this user can read it, since one on the command line
+    shows in `ps`."""
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
         secret = Path(path).read_text().strip()
     except OSError as e:
         raise QuailError(f"{flag} {path}: {e.strerror}") from None
+    mode = st.st_mode
+    if st.st_uid != os.getuid():  # its owner could have written it: a URL or key of theirs
+        raise QuailError(f"{flag} {path} belongs to another user (uid {st.st_uid}); give a file of your own")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise QuailError(f"{flag} {path} is open to other users (mode {stat.filemode(mode)}); chmod 600 it")
     if not secret:

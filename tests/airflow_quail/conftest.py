@@ -92,7 +92,9 @@ def serving(tmp_path: Path, *args: str, homes: bool = False):
         for i in range(2):
             port = free_port()
             log = open(tmp_path / f"quail-worker-{i}.log", "w")
-            env = dict(os.environ, QUAIL_HOME=str(tmp_path / f"quail-home-{i}")) if homes else None
+            env = dict(os.environ, QUAIL_ANSWER_STORE_KEY="the key the pool's workers share")
+            if homes:
+                env["QUAIL_HOME"] = str(tmp_path / f"quail-home-{i}")
             procs[f"grpc://127.0.0.1:{port}"] = subprocess.Popen(
                 [sys.executable, "-m", "quail.cli", "worker", "serve", "--model", "smollm2-135m", "--dtype", "float32",
                  "--port", str(port), "--token-file", str(token_file), "--arena-pages", "1024", "--threads", "1",

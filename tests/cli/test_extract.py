@@ -41,10 +41,10 @@ def test_extract_writes_typed_columns_beside_the_input(docs, tmp_path, capsys):
     assert code == 0, err
     table = pq.read_table(out)
     assert table.column_names == ["id", "text", "company", "amount", "date", "sentiment", "items", "tags", "paid",
-                                  "truncated"]
+                                  "truncated", "invalid"]
     types = [table.schema.field(n).type for n in table.column_names[2:]]
     assert types == [pa.string(), pa.float64(), pa.date32(), pa.string(), pa.int64(), pa.list_(pa.string()),
-                     pa.bool_(), pa.bool_()]
+                     pa.bool_(), pa.bool_(), pa.list_(pa.string())]
     rows = table.to_pylist()
     assert [r["id"] for r in rows] == [7, 8, 9]
     for r in rows:
@@ -92,7 +92,7 @@ operators:
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["tokens_reused"]["retention"] > 0  # the documents' KV, kept by the filter for the extract
     assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
-    assert pq.read_table(tmp_path / "o.parquet").column_names[-3:] == ["company", "amount", "truncated"]
+    assert pq.read_table(tmp_path / "o.parquet").column_names[-4:] == ["company", "amount", "truncated", "invalid"]
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -129,6 +129,60 @@ def test_a_rerun_finds_its_outputs_in_the_store_and_a_changed_schema_misses(docs
     assert s2["predicted"]["tokens_computed"] == 0
     _, s3 = extract(*fields, "--field", "paid:bool", n=3)  # another schema: another question
     assert s3["tokens_reused"]["answers"] == 0 and s3["tokens_generated"] > 0
+
+
+def _stored_over(path, tokens: list[int], sign: bool = True) -> int:
+    """Every written output in the answer store at `path` replaced by `tokens` (not truncated), signed
+    with this process's key as a worker's would be (or not, as an intruder's); how many."""
+    import sqlite3
+    from array import array
+
+    from quail.answer_signing import signer
+
+    db = sqlite3.connect(path)
+    keys = [k for (k,) in db.execute("SELECT key FROM answers")]
+    value = array("d", [0.0, *tokens]).tobytes()
+    db.executemany("UPDATE answers SET value = ? WHERE key = ?",
+                   [(signer().seal(k, value) if sign else value + bytes(16), k) for k in keys])
+    db.commit()
+    db.close()
+    return len(keys)
+
+
+def test_a_stored_value_no_column_holds_is_null_and_marked_never_a_crash(docs, tmp_path, capsys, smollm2):
+    """#48 2: a number the schema allows but int64 does not, stored, killed every rerun."""
+    import os
+
+    fields = ["--field", "serial:int", "--field", "amount:float", "--max-new-tokens", "40"]
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", docs, "--text-column", "text", *fields, "--output", out, *MODEL)[0] == 0
+    big = 98765432109876543210987654321
+    written = smollm2.tokenizer.encode(json.dumps({"serial": big, "amount": big}))
+    assert _stored_over(os.environ["QUAIL_ANSWER_STORE"], written) == 3
+    code, err = run(capsys, "extract", docs, "--text-column", "text", *fields, "--output", out, *MODEL)
+    assert code == 0, err
+    rows = pq.read_table(out).to_pylist()
+    assert [(r["serial"], r["amount"], r["invalid"], r["truncated"]) for r in rows] == [(None, float(big), ["serial"],
+                                                                                        False)] * 3
+
+
+@pytest.mark.parametrize("planted", [{"serial": "HACKED", "amount": 1.0}, {"amount": 1.0}, '{"serial": 1, "amo',
+                                     {"serial": 1, "amount": 1.0, "extra": 2}])
+@pytest.mark.parametrize("sign", [True, False])
+def test_a_stored_output_not_of_the_schema_is_computed_again(docs, tmp_path, capsys, smollm2, planted, sign):
+    """#48 1: a wrong type, a missing field, cut JSON, or a field too many, signed or not: a miss."""
+    import os
+
+    fields = ["--field", "serial:int", "--field", "amount:float", "--max-new-tokens", "40"]
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert run(capsys, "extract", docs, "--text-column", "text", *fields, "--output", a, *MODEL)[0] == 0
+    text = planted if isinstance(planted, str) else json.dumps(planted)
+    _stored_over(os.environ["QUAIL_ANSWER_STORE"], smollm2.tokenizer.encode(text), sign)
+    code, err = run(capsys, "extract", docs, "--text-column", "text", *fields, "--output", b, "--stats",
+                    tmp_path / "s.json", *MODEL)
+    assert code == 0, err
+    assert pq.read_table(b).to_pylist() == pq.read_table(a).to_pylist()
+    assert json.loads((tmp_path / "s.json").read_text())["tokens_reused"]["answers"] == 0
 
 
 def test_a_map_after_an_extract_of_the_same_column_reads_each_document_once(docs, tmp_path, capsys):

@@ -1,12 +1,15 @@
 """An extract's fields: one FieldSpec tuple from every way of giving them, a JSON Schema that allows
 exactly each field's type or null, and the prompt's field list."""
 
+import datetime
+import json
+
 import jsonschema
 import pytest
 
 from quail.errors import QuailError
 from quail.kinds import KINDS
-from quail.kinds.extract import field_from_text, json_schema, parse_fields
+from quail.kinds.extract import field_from_text, json_schema, parse_fields, read_fields
 from quail.specs import FieldSpec
 
 EXPECTED = (FieldSpec("amount", "float", "the total"), FieldSpec("sentiment", "enum", "", ("pos", "neg")),
@@ -64,3 +67,25 @@ def test_a_spec_that_arrives_whole_is_checked_as_a_file_is():
     KINDS["map"].validate(m, "a job submission")
     assert m.output_column == "mapped" and m.max_new_tokens == 256
     assert spec.calibration == m.calibration == "none"  # nothing is read off one position to calibrate
+
+
+def test_a_written_output_is_read_only_as_the_schema_and_the_columns_allow():
+    fields = tuple(field_from_text(t) for t in ("n:int", "x:float", "kind:invoice|letter|other", "d:date",
+                                                "tags:list[str]", "ok:bool"))
+    big = 98765432109876543210987654321
+
+    def read(**values):
+        return read_fields(fields, json.dumps({"n": None, "x": None, "kind": None, "d": None, "tags": None,
+                                               "ok": None} | values))
+
+    assert read(n=3, x=2, kind="letter", d="2024-02-29", tags=["a"], ok=True) == (
+        {"n": 3, "x": 2.0, "kind": "letter", "d": datetime.date(2024, 2, 29), "tags": ["a"], "ok": True}, [])
+    # what the schema allows and no column holds: null, and named
+    assert read(n=big, x=big, d="2023-02-29")[1] == ["n", "d"]
+    assert read(x=float("inf"))[1] == ["x"] and read(n=-(1 << 63))[1] == []
+    # not the schema's: never read, whatever it holds
+    for bad in (dict(kind="HACKED"), dict(n=True), dict(n=1.5), dict(x="1"), dict(tags=[1]), dict(ok=1),
+                dict(extra=1)):
+        assert read(**bad) is None, bad
+    for text in ('{"n": 1', "[]", "null", '{"n": null}', "[" * 100_000):
+        assert read_fields(fields, text) is None

@@ -6,11 +6,24 @@ its fields null."""
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
+import math
 import unicodedata
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ValidationInfo
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+)
 
 from quail.kinds.base import Layout, OperatorKind, OperatorTokens
 from quail.kinds.settings import Name, Settings, Text
@@ -19,7 +32,8 @@ from quail.specs import FIELD_TYPES, FieldSpec, OperatorSpec
 
 DEFAULT_INSTRUCTION = "Extract these fields from the document."
 DEFAULT_MAX_NEW_TOKENS = 256
-RESERVED = ("row", "truncated")  # columns the answers carry besides the fields
+RESERVED = ("row", "truncated", "invalid")  # columns the answers carry besides the fields
+INT64 = (-(1 << 63), (1 << 63) - 1)
 _WORDS = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false",
           "date": "a date, YYYY-MM-DD", "list[str]": "a list of texts"}
 _JSON = {"str": {"type": "string"}, "int": {"type": "integer"}, "float": {"type": "number"},
@@ -167,15 +181,55 @@ def render(layout: Layout, instruction: str, fields: tuple[FieldSpec, ...]) -> l
     return layout.writing_question(instruction_text(instruction, fields))
 
 
-def typed(f: FieldSpec, value: Any) -> Any:
-    """A written field's value as its column holds it: a date as a date, else as JSON gave it. The
-    grammar allowed only the field's type; a date it allowed that does not exist (2023-02-29) is null."""
-    if value is None or f.type != "date":
-        return value
+@functools.lru_cache(maxsize=64)
+def _schema_model(fields: tuple[FieldSpec, ...]) -> type[BaseModel]:
+    """json_schema(fields) as a pydantic model: JSON's types, strictly (an integer is a number, a
+    boolean is neither)."""
+    kinds: dict[str, Any] = {"str": StrictStr, "int": StrictInt, "float": StrictInt | StrictFloat,
+                             "bool": StrictBool, "date": StrictStr, "list[str]": list[StrictStr]}
+    columns: dict[str, Any] = {f"f{i}": ((Literal[f.values] if f.type == "enum" else kinds[f.type]) | None, ...)
+                               for i, f in enumerate(fields)}
+    return create_model("Written", __config__=ConfigDict(strict=True, extra="forbid"), **columns)
+
+
+def read_fields(fields: tuple[FieldSpec, ...], text: str) -> tuple[dict, list[str]] | None:
+    """A written output's fields as their columns hold them, and the names of those whose value no
+    column of its type holds (null instead: an integer past int64, a number past a double, a date
+    that does not exist); None where `text` is not one JSON object of the fields' schema (damaged)."""
     try:
-        return datetime.date.fromisoformat(value)
-    except ValueError:
+        obj = json.loads(text)
+        if not isinstance(obj, dict) or set(obj) != {f.name for f in fields}:
+            return None
+        _schema_model(fields).model_validate({f"f{i}": obj[f.name] for i, f in enumerate(fields)})
+    except (ValueError, ValidationError, RecursionError):
         return None
+    values, invalid = {}, []
+    for f in fields:
+        values[f.name] = typed(f, obj[f.name])
+        if values[f.name] is None and obj[f.name] is not None:
+            invalid.append(f.name)
+    return values, invalid
+
+
+def typed(f: FieldSpec, value: Any) -> Any:
+    """A written field's value as its column holds it (a date as a date, a number as a double, else as
+    JSON gave it), or None where its column cannot hold it."""
+    if value is None:
+        return None
+    if f.type == "int":
+        return value if INT64[0] <= value <= INT64[1] else None
+    if f.type == "float":
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        return number if math.isfinite(number) else None
+    if f.type == "date":
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            return None
+    return value
 
 
 class ExtractSettings(Settings):
@@ -257,7 +311,7 @@ class Extract(Writes):
         return {"input": args.input}, settings.spec("extract", args.output)
 
     def columns_added(self, spec: OperatorSpec) -> list[str]:
-        return [f.name for f in spec.fields] + ["truncated"]
+        return [f.name for f in spec.fields] + ["truncated", "invalid"]
 
     def written_parts(self, spec: OperatorSpec) -> list[str]:
         """A field's mean is its `"name": value` tokens, kept per field, so that a schema that gains

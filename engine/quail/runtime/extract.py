@@ -20,13 +20,10 @@ if TYPE_CHECKING:
 
 ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "date": pa.date32(),
          "enum": pa.string(), "list[str]": pa.list_(pa.string())}
-_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def column(f: FieldSpec, values: list[Any]) -> pa.Array:
-    """A field's values as its typed column; an integer past int64 is null (no column holds it)."""
-    if f.type == "int":
-        values = [v if v is None or _INT64[0] <= v <= _INT64[1] else None for v in values]
+    """A field's values (kinds/extract.py `typed`: each one its column can hold) as its typed column."""
     return pa.array(values, ARROW[f.type])
 
 
@@ -64,6 +61,7 @@ class ExtractRuntime(WritesRuntime):
         for f in spec.fields:
             columns[f.name] = column(f, [None if v is None else v[f.name] for v in r.values])
         columns["truncated"] = pa.array(r.truncated, pa.bool_())
+        columns["invalid"] = pa.array(r.invalid, pa.list_(pa.string()))
         return pa.table(columns), stats
 
     def written_observed(self, spec: OperatorSpec, answers: pa.Table,

@@ -75,7 +75,7 @@ def test_an_extract_and_a_map_run_on_the_worker(local_default, tmp_path):
     LLMExtractOperator(task_id="fields", source=str(source), text_column="text", target=str(out), fields=Invoice,
                        max_new_tokens=100).execute(_context())
     table = pq.read_table(out)
-    assert table.column_names == ["id", "text", *MAPPING, "truncated"]
+    assert table.column_names == ["id", "text", *MAPPING, "truncated", "invalid"]
     assert table.schema.field("date").type == pa.date32() and table.schema.field("tags").type == pa.list_(pa.string())
     summaries = tmp_path / "summaries.parquet"
     LLMMapOperator(task_id="summary", source=str(source), text_column="text", target=str(summaries),

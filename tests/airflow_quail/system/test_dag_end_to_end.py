@@ -147,7 +147,8 @@ def test_support_dag_extracts_from_the_tickets_the_filter_kept_reusing_their_kv(
     with sa.create_engine(f"sqlite:///{tmp_path / 'demo.db'}").connect() as c:
         kept = c.execute(sa.text("SELECT COUNT(*) FROM unhappy_tickets")).scalar()
     assert out["1"].num_rows == kept > 0
-    assert out["1"].column_names == ["id", "text", "product", "problem", "wants_refund", "urgency", "truncated"]
+    assert out["1"].column_names == ["id", "text", "product", "problem", "wants_refund", "urgency", "truncated",
+                                     "invalid"]
     assert out["1"].to_pylist() == out["0"].to_pylist()  # greedy, fp32: reuse changes no token
     assert {r["urgency"] for r in out["1"].to_pylist()} <= {"low", "medium", "high", None}
     jobs = worker_jobs(tmp_path)

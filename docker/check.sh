@@ -28,7 +28,8 @@ if have check-jsonschema "$PIP_INSTALL check-jsonschema" test -x "$VENV/bin/chec
     "$VENV/bin/check-jsonschema" --builtin-schema vendor.compose-spec docker/docker-compose.yaml || failed=1
 fi
 if have docker-compose "apt-get install docker-compose" command -v docker-compose; then
-    (cd docker && QUAIL_WORKER_TOKEN=check QUAIL_ANSWERS_PASSWORD=check AIRFLOW_FERNET_KEY=check docker-compose --profile gpu --profile cpu config -q) || failed=1
+    (cd docker && QUAIL_WORKER_TOKEN=check QUAIL_ANSWERS_PASSWORD=check QUAIL_ANSWER_STORE_KEY=check AIRFLOW_FERNET_KEY=check \
+        docker-compose --profile gpu --profile cpu config -q) || failed=1
 fi
 if have kubernetes-validate "$PIP_INSTALL kubernetes-validate" "$VENV/bin/python" -c "import kubernetes_validate"; then
     "$VENV/bin/python" docker/check_kubernetes.py deploy/kubernetes || failed=1

@@ -83,6 +83,38 @@ def check_hardening(files: list[Path]) -> list[str]:
     return errors
 
 
+PRIVATE = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"}  # at least these kept out
+
+
+def check_policies(files: list[Path]) -> list[str]:
+    """What no NetworkPolicy here may allow: a peer in every namespace (`namespaceSelector: {}`), a
+    rule with no peers (anyone), or egress to any address beyond DNS and public HTTPS (an ipBlock
+    that keeps the private and link-local ranges out, on port 443 only)."""
+    errors = []
+    for path in files:
+        for r in filter(None, yaml.safe_load_all(path.read_text())):
+            if r.get("kind") != "NetworkPolicy":
+                continue
+            name = f"{path}: NetworkPolicy/{r['metadata']['name']}"
+            for way, peers_key in (("ingress", "from"), ("egress", "to")):
+                for i, rule in enumerate(r["spec"].get(way, [])):
+                    where = f"{name}: {way}[{i}]"
+                    ports = {p.get("port") for p in rule.get("ports", [])}
+                    peers = rule.get(peers_key)
+                    if not peers:
+                        if way == "ingress" or ports - {53}:
+                            errors.append(f"{where} admits any address{'' if ports else ' on any port'}")
+                        continue
+                    for peer in peers:
+                        if peer.get("namespaceSelector") == {}:
+                            errors.append(f"{where}: namespaceSelector {{}} admits every namespace")
+                        if (block := peer.get("ipBlock")) is not None and (
+                                ports != {443} or not PRIVATE <= set(block.get("except", []))):
+                            errors.append(f"{where}: ipBlock {block.get('cidr')} reaches private addresses or "
+                                          f"ports other than 443")
+    return errors
+
+
 def check_values(path: Path) -> list[str]:
     values = yaml.safe_load(path.read_text())
     if not isinstance(values, dict):
@@ -113,7 +145,7 @@ def main(folder: Path) -> int:
         except (OSError, yaml.YAMLError) as e:
             errors.append(f"{path}: {e}")
     try:
-        errors += check_hardening(files)
+        errors += check_hardening(files) + check_policies(files)
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
         errors.append(f"{folder}: the manifests' hardening cannot be read ({e})")
     for error in errors:

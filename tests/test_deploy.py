@@ -52,6 +52,16 @@ def test_the_real_manifests_and_values_pass():
     ("worker.yaml", "image: quail-worker:0.1.0", "image: quail-worker", "container secrets lacks a fixed image tag"),
     ("networkpolicy.yaml", "      app.kubernetes.io/name: quail-worker", "      app.kubernetes.io/name: other",
      "no NetworkPolicy selects its pods"),
+    # #48 12: the wide forms
+    ("networkpolicy.yaml", "        - namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: "
+     "airflow\n          podSelector:\n            matchLabels:\n              tier: airflow",
+     "        - namespaceSelector: {}\n          podSelector:\n            matchLabels:\n              tier: airflow",
+     "ingress[0]: namespaceSelector {} admits every namespace"),
+    ("networkpolicy.yaml", "    - to:\n        - namespaceSelector:", "    - to:\n        - namespaceSelector: {}\n"
+     "        - namespaceSelector:", "egress[1]: namespaceSelector {} admits every namespace"),
+    ("networkpolicy.yaml", '            except: ["10.0.0.0/8", ', '            except: [', "egress[2]: ipBlock 0.0.0.0/0"),
+    ("networkpolicy.yaml", "    - to:\n        - ipBlock:", "    - ports:\n        - protocol: TCP\n          port: 5432\n"
+     "    - to:\n        - ipBlock:", "egress[2] admits any address"),
 ])
 def test_a_weakened_manifest_fails_naming_what_it_lacks(tmp_path, name, old, new, named):
     result = check(planted(tmp_path, name, old, new))
@@ -66,6 +76,13 @@ def test_the_images_are_the_packages_version():
     compose = yaml.safe_load((ROOT / "docker" / "docker-compose.yaml").read_text())
     assert {s["image"].rpartition(":")[2] for s in compose["services"].values() if s.get("image", "").startswith(
         "quail-")} | {compose["x-airflow-common"]["image"].rpartition(":")[2]} == {version}
+
+
+def test_no_doc_puts_a_secret_on_a_command_line():
+    """`kubectl create secret --from-literal=url=...PASSWORD@...` leaves the password in the shell's
+    history and in `ps`: the docs create every secret from a file."""
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *KUBERNETES.glob("*.md")]:
+        assert "--from-literal" not in path.read_text(), path
 
 
 def test_compose_keeps_secrets_encrypted_and_the_ui_on_this_host():

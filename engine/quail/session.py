@@ -385,8 +385,7 @@ class Session:
         max_new_tokens is truncated and its fields None."""
         fields = tuple(fields)
         most = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-        grammar = JsonSchema(self._grammar_tokenizer, json_schema(fields), self.loaded.config.vocab_size,
-                             self._stop[0])
+        grammar = self.extract_grammar(fields)
         question = render_extract(self.layout, instruction, fields)
 
         def read(w: Written) -> tuple[dict, list[str]] | None:
@@ -402,6 +401,9 @@ class Session:
             # held to the schema as it was written, it reads back; if not, no field is trusted
             invalid.append(got[1] if got else [] if w.truncated else [f.name for f in fields])
         return Extraction(values, [w.truncated for w in result.written], invalid, result), stats
+
+    def extract_grammar(self, fields: tuple[FieldSpec, ...]) -> JsonSchema:
+        return JsonSchema(self._grammar_tokenizer, json_schema(fields), self.loaded.config.vocab_size, self._stop[0])
 
     def map(self, texts: list[str], instruction: str, max_new_tokens: int | None = None,
             reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,

@@ -99,6 +99,11 @@ operators:
     (["--field", "amount:money"], "field 'amount': type 'money' is not one of str, int, float"),
     ([], "give at least one field"),
     (["--field", "a:str", "--field", "a:int"], "duplicate fields ['a']"),
+    # #48 15: names SQL cannot tell apart, and type words read as an enum's values
+    (["--field", "a:str", "--field", "A:int"], "duplicate fields ['A', 'a'] (SQL does not tell names apart by case)"),
+    (["--field", "ID:int"], "already has the column(s) ['ID'], which its output adds"),
+    (["--field", "Truncated:bool"], "field name 'Truncated' is a column the output has"),
+    (["--field", "a:date|str"], "is an enum of words, and ['date', 'str'] name types"),
     (["--field", "amount"], "must be NAME:TYPE[=DESCRIPTION]"),
     (["--field", "truncated:bool"], "field name 'truncated' is a column the output has"),
     (["--field", "id:int"], "already has the column(s) ['id'], which its output adds"),
@@ -234,3 +239,10 @@ def test_the_next_plan_expects_what_each_field_wrote_not_the_bound(docs, tmp_pat
     assert f"written about {expected:,.0f} (at most 360)" in _explained(capsys, *base)
     assert abs(expected - s["tokens_generated"]) <= 0.25 * s["tokens_generated"]  # near what was written
     assert "written at most 360" in _explained(capsys, *base, "--field", "items:int")  # a field not seen yet
+
+
+def test_a_map_column_only_case_apart_from_an_input_column_is_refused(docs, tmp_path, capsys):
+    code, err = run(capsys, "map", docs, "--text-column", "text", "--instruction", "Summarize it.", "--output-column",
+                    "ID", "--output", tmp_path / "o.parquet", *MODEL)
+    assert code != 0 and "already has the column(s) ['ID'], which its output adds" in err
+    assert not (tmp_path / "o.parquet").exists()

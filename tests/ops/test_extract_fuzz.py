@@ -55,6 +55,17 @@ def test_every_complete_output_validates_against_its_schema(session, fs):
     assert stats.tokens_computed + sum(stats.tokens_reused.values()) == stats.tokens_naive
 
 
+def test_an_int_field_is_written_with_at_most_its_digits(session):
+    """#48 15: a 26-digit serial wrote digits until the token budget; the grammar ends the number."""
+    fs = (FieldSpec("serial", "int", "", ()),)
+    matcher = session.extract_grammar(fs).matcher()
+    for token in session.loaded.tokenizer.encode('{"serial": ' + "9" * 18):
+        matcher.accept(token)
+    digits = [t for t in range(session.loaded.config.vocab_size)
+              if session.loaded.tokenizer.decode([t]).strip().isdigit()]
+    assert digits and not any(matcher._allowed(session.loaded.config.vocab_size)[digits])
+
+
 def test_tokens_the_grammar_forces_take_no_pass_of_their_own_and_change_nothing(session, monkeypatch):
     fs = (FieldSpec("company", "str", "", ()), FieldSpec("paid", "float", "", ()),
           FieldSpec("tone", "enum", "", ("good", "bad")))

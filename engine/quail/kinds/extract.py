@@ -33,10 +33,12 @@ from quail.specs import FIELD_TYPES, FieldSpec, OperatorSpec
 DEFAULT_INSTRUCTION = "Extract these fields from the document."
 DEFAULT_MAX_NEW_TOKENS = 256
 RESERVED = ("row", "truncated", "invalid")  # columns the answers carry besides the fields
-INT64 = (-(1 << 63), (1 << 63) - 1)
+INT_DIGITS = 18  # the most an int field's number is written with: so no serial runs to the token budget
 _WORDS = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false",
           "date": "a date, YYYY-MM-DD", "list[str]": "a list of texts"}
-_JSON = {"str": {"type": "string"}, "int": {"type": "integer"}, "float": {"type": "number"},
+_JSON = {"str": {"type": "string"},
+         "int": {"type": "integer", "minimum": 1 - 10 ** INT_DIGITS, "maximum": 10 ** INT_DIGITS - 1},
+         "float": {"type": "number"},
          "bool": {"type": "boolean"}, "date": {"type": "string", "format": "date"},
          "list[str]": {"type": "array", "items": {"type": "string"}}}
 
@@ -57,6 +59,10 @@ def _field(name: str, kind: Any, description: Any = "", values: Any = ()) -> Fie
         kind, values = "enum", kind
     elif isinstance(kind, str) and "|" in kind:
         kind, values = "enum", kind.split("|")
+        if typed_words := [v for v in values if v.strip() in FIELD_TYPES]:
+            raise ValueError(f"field {name!r}: {'|'.join(values)!r} is an enum of words, and {typed_words} name "
+                             f"types: a field has one type (a value may be null); to mean the words, give the enum's "
+                             f"values as a list in a pipeline file")
     if kind not in FIELD_TYPES:
         raise ValueError(f"field {name!r}: type {kind!r} is not one of {', '.join(FIELD_TYPES)}, nor values "
                          f"joined by '|'")
@@ -216,8 +222,8 @@ def typed(f: FieldSpec, value: Any) -> Any:
     JSON gave it), or None where its column cannot hold it."""
     if value is None:
         return None
-    if f.type == "int":
-        return value if INT64[0] <= value <= INT64[1] else None
+    if f.type == "int":  # one that reached the grammar's bound may have been cut there
+        return value if abs(value) < 10 ** (INT_DIGITS - 1) else None
     if f.type == "float":
         try:
             number = float(value)
@@ -262,12 +268,12 @@ class ExtractSettings(Settings):
         if not self.fields:
             raise ValueError("give at least one field")
         names = [f.name for f in self.fields]
-        if dupes := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"duplicate fields {dupes}")
+        if dupes := sorted({n for n in names if [m.casefold() for m in names].count(n.casefold()) > 1}):
+            raise ValueError(f"duplicate fields {dupes} (SQL does not tell names apart by case)")
         for n in names:
             if not n.strip() or any(unicodedata.category(c)[0] == "C" for c in n):
                 raise ValueError(f"field name {n!r} must be non-empty, printable text")
-            if n in RESERVED:
+            if n.casefold() in RESERVED:
                 raise ValueError(f"field name {n!r} is a column the output has besides the fields; rename it")
 
 

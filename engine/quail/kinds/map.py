@@ -45,7 +45,7 @@ class MapSettings(Settings):
     def check(self, flags: dict[str, str]) -> None:
         super().check(flags)
         check_writing(self.max_new_tokens)
-        if not self.output_column.strip() or self.output_column in RESERVED:
+        if not self.output_column.strip() or self.output_column.casefold() in RESERVED:
             raise ValueError(f"output_column {self.output_column!r} must be a name other than {', '.join(RESERVED)}")
 
 

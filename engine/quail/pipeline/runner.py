@@ -34,6 +34,7 @@ from quail.planner.predict import Prediction
 from quail.reuse import Reuse
 from quail.runtime import runtime_of
 from quail.runtime.compute import compute_window, parts, predict
+from quail.runtime.outputs import clashes
 from quail.session import Session
 from quail.specs import OperatorSpec
 
@@ -73,7 +74,7 @@ class Runner:
                     source = self.source(name)
                     table = source.schema().empty_table()
                     text_column(table, column, source.name, self.on_null)
-                    if clash := sorted(set(kind_of(spec.kind).columns_added(spec)) & set(table.column_names)):
+                    if clash := clashes(kind_of(spec.kind).columns_added(spec), table.column_names):
                         raise QuailError(f"operator {spec.name!r}: {source.name} already has the column(s) "
                                          f"{clash}, which its output adds; rename them")
 

@@ -6,10 +6,16 @@ import pyarrow.compute as pc
 from quail.errors import QuailError
 
 
+def clashes(added: list[str], columns: list[str]) -> list[str]:
+    """The columns an output adds that the input has, by name without case, as SQL tells them apart."""
+    have = {c.casefold() for c in columns}
+    return sorted(c for c in added if c.casefold() in have)
+
+
 def _add_columns(table: pa.Table, columns: dict, source: str) -> pa.Table:
+    if clash := clashes(list(columns), table.column_names):
+        raise QuailError(f"{source}: already has the column(s) {clash}, which the output adds")
     for name, values in columns.items():
-        if name in table.column_names:
-            raise QuailError(f"{source}: already has a column {name!r}, which the output adds")
         table = table.append_column(name, values)
     return table
 

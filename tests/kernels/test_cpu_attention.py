@@ -126,9 +126,35 @@ def test_builders_at_once_build_it_once_and_leave_nothing_else(fresh_build):
     builders = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(3)]
     assert [b.wait(timeout=120) for b in builders] == [0, 0, 0]
     built = sorted(p.name for p in folder.iterdir())
-    assert len(built) == 2 and built[0] == ".build.lock" and re.fullmatch(r"cpu_attention-[0-9a-f]{16}\.so", built[1])
+    assert len(built) == 3 and built[0] == ".build.lock" and re.fullmatch(r"cpu_attention-[0-9a-f]{16}\.so", built[1])
+    assert built[2] == f"{built[1]}.sha256"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert cpu_attention.library() is not None and len(list(folder.iterdir())) == 2  # this process finds it
+    assert cpu_attention.library() is not None and len(list(folder.iterdir())) == 3  # this process finds it
+
+
+@runs_here
+@pytest.mark.parametrize("damage", ["truncated", "no digest"])
+def test_a_damaged_library_is_built_again_never_loaded(fresh_build, damage):
+    """#48 7: a library of the right name truncated to 1,000 bytes killed the process (SIGBUS) as
+    ctypes loaded it, on every start."""
+    code = "from quail.kernels import cpu_attention as c; assert c.library() is not None, c.why_unavailable()"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(["engine", os.environ.get("PYTHONPATH", "")])}
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+    [library] = (fresh_build / "kernels").glob("*.so")
+    if damage == "truncated":
+        library.write_bytes(library.read_bytes()[:1000])
+    else:
+        library.with_name(f"{library.name}.sha256").unlink()
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr  # not -7 (SIGBUS)
+    assert "not the library its builder wrote" in done.stderr and library.stat().st_size > 1000
+
+
+@runs_here
+def test_a_compiler_command_with_a_launcher_builds(fresh_build, monkeypatch):
+    """#48 16: CXX="ccache g++" was taken as one program's name, and the kernel silently fell back."""
+    monkeypatch.setenv("CXX", "env g++")
+    assert cpu_attention.library() is not None, cpu_attention.why_unavailable()
 
 
 def test_without_a_compiler_auto_falls_back_and_says_why(fresh_build, monkeypatch):

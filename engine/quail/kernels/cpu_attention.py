@@ -7,14 +7,18 @@ query heads that use it, and scores with the CPU's bf16 dot products. Its result
 fp32 reference (paged_attention.py) only in the order of their sums.
 
 The source has no torch headers: one compiler call builds it in about a second, at first use, into
-$QUAIL_HOME under a name that digests the source, the flags and the compiler, and ctypes loads it.
+$QUAIL_HOME under a name that digests the source, the flags and the compiler, with the library's own
+sha256 beside it; ctypes loads it only where the two agree (a truncated library would kill the
+process as it loads: SIGBUS), and one that does not is built again.
 It runs on torch's OpenMP threads (the library it links, libgomp.so.1, is the one torch loaded).
 """
 
 import ctypes
 import fcntl
 import hashlib
+import logging
 import os
+import shlex
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +33,8 @@ from quail.trust import owned_file, private_folder
 
 if TYPE_CHECKING:
     from quail.kernels.paged_attention import AttentionMeta
+
+log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_attention.cpp")
 FLAGS = ("-O3", "-march=x86-64-v4", "-mavx512bf16", "-fopenmp", "-shared", "-fPIC")
@@ -65,11 +71,12 @@ def _load() -> ctypes.CDLL:
     missing = NEEDS - cpu_flags()
     if missing:
         raise QuailError(f"this CPU lacks {', '.join(sorted(missing))}")
-    compiler = os.environ.get("CXX", "g++")
+    given = os.environ.get("CXX", "g++")
     try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        raise QuailError(f"no C++ compiler ({compiler})") from None
+        compiler = shlex.split(given)  # as make and CMake read it: "ccache g++" is a launcher and a compiler
+        version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    except (ValueError, IndexError, OSError, subprocess.CalledProcessError):
+        raise QuailError(f"no C++ compiler (CXX={given!r})") from None
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode()])).hexdigest()[:16]
     folder = private_folder(home() / "kernels")
@@ -77,14 +84,18 @@ def _load() -> ctypes.CDLL:
     try:
         with open(folder / ".build.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others then find its build
-            if not owned_file(path):
+            if not _verified(path):
                 for stale in folder.glob(".cpu_attention-*.tmp"):  # a builder killed with -9 left it
                     stale.unlink()
                 tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-                built = subprocess.run([compiler, *FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+                built = subprocess.run([*compiler, *FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True,
+                                       text=True)
                 if built.returncode != 0:
                     tmp.unlink(missing_ok=True)
-                    raise QuailError(f"{compiler} could not build {SOURCE.name}: {built.stderr.strip()[-400:]}")
+                    raise QuailError(f"{given} could not build {SOURCE.name}: {built.stderr.strip()[-400:]}")
+                digest_tmp = folder / f".{path.name}.sha256.{os.getpid()}.tmp"
+                digest_tmp.write_text(_sha256(tmp))
+                os.replace(digest_tmp, _digest_path(path))  # a library that fails to match it is built again
                 os.replace(tmp, path)
         lib = ctypes.CDLL(str(path))
     except OSError as e:
@@ -92,6 +103,28 @@ def _load() -> ctypes.CDLL:
     lib.quail_cpu_attention.argtypes = [_P] * 8 + [_I] * 8 + [ctypes.c_float, ctypes.c_int]
     lib.quail_cpu_attention.restype = ctypes.c_int
     return lib
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verified(path: Path) -> bool:
+    """Whether the library at `path` is one a builder wrote: its bytes those its digest file names.
+    One that is not (truncated, damaged, or of no builder's) is removed, with a warning."""
+    if not owned_file(path):
+        return False
+    digest = _digest_path(path)
+    if owned_file(digest) and digest.read_text().strip() == _sha256(path):
+        return True
+    log.warning("the CPU attention kernel %s is not the library its builder wrote (damaged, or no digest beside "
+                "it): it is built again", path)
+    path.unlink()
+    return False
 
 
 def _arrays(meta: "AttentionMeta", tokens: int, pages: int) -> tuple[np.ndarray, ...]:

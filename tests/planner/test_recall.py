@@ -55,15 +55,19 @@ def test_the_certified_bound_is_below_the_true_recall_on_nearly_every_seed():
 
 
 def test_pairs_asked_fall_with_the_product():
-    """One match a row, R 0.9, D 0.05: at most 5% of a 1,000 x 1,000 product, and less than the
-    share asked of a product 10 times smaller."""
+    """One match a row, R 0.9, D 0.05: a median of at most 5% of a 1,000 x 1,000 product over five
+    seeds (a first try whose sample finds a match below costs a second, about twice as much), and
+    far less than the share asked of a product 10 times smaller."""
     shares = {}
     for rows in (100, 1000):
-        product, truth = world(rows, 3, hard=0.0)  # every match above noise level, though some overlap it
-        out, cert = certify(product, rows, lambda ids: truth[ids], 0.9, 0.05, 3)
-        assert cert.met and truth[out].sum() / truth.sum() >= 0.9
-        shares[rows] = cert.asked / cert.pairs
-    assert shares[1000] <= 0.05 and shares[1000] < shares[100] / 3
+        runs = []
+        for seed in range(5):
+            product, truth = world(rows, seed, hard=0.0)  # every match above noise level, its tail overlapping
+            out, cert = certify(product, rows, lambda ids: truth[ids], 0.9, 0.05, seed)
+            assert cert.met
+            runs.append(cert.asked / cert.pairs)
+        shares[rows] = sorted(runs)
+    assert shares[1000][2] <= 0.05 and shares[1000][-1] <= 0.08 and shares[1000][2] < shares[100][2] / 5
     assert predict_asked(1000 * 1000, 1000, 1000, 0.9, 0.05) <= 0.05 * 1000 * 1000
 
 

@@ -34,7 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
-FIRST_CUT = 1.0  # the first try asks about this many pairs per row of the larger side
+FIRST_CUT = 2.0  # the first try asks about this many pairs per row of the larger side: a match and a rival
 
 
 class Product(Protocol):
@@ -166,8 +166,23 @@ class ScoredProduct:
         return np.flatnonzero((self.scores >= low) & (self.scores < high)).astype(np.int64)
 
     def sample_below(self, cut: float, n: int, rng: np.random.Generator, drawn: np.ndarray) -> np.ndarray:
-        pool = np.setdiff1d(np.flatnonzero(self.scores < cut), drawn)
-        return np.concatenate([drawn, rng.choice(pool, min(len(pool), n - len(drawn)), replace=False)])
+        below = self.size - self.count_at_least(cut)
+        if below < self.size // 2:  # a small region: drawn from its list
+            pool = np.setdiff1d(np.flatnonzero(self.scores < cut), drawn)
+            return np.concatenate([drawn, rng.choice(pool, min(len(pool), n - len(drawn)), replace=False)])
+        # most of the product: pairs drawn from all of it, in order, keeping each new one below the cut
+        # (a uniform sample without replacement of the region), with no list of the region made
+        out, seen = [drawn], set(drawn.tolist())
+        need = min(n, below) - len(drawn)
+        while need > 0:
+            batch = rng.integers(0, self.size, 2 * need + 16)
+            batch = batch[self.scores[batch] < cut]
+            _, first = np.unique(batch, return_index=True)
+            fresh = [i for i in batch[np.sort(first)].tolist() if i not in seen][:need]
+            seen.update(fresh)
+            out.append(np.array(fresh, np.int64))
+            need -= len(fresh)
+        return np.concatenate(out)
 
 
 class Asked:

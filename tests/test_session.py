@@ -2,8 +2,8 @@
 
 from types import SimpleNamespace
 
-from quail.answer_store import answer_key
 from quail.session import Session
+from quail.store import answer_key
 
 
 def _session():

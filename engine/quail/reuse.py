@@ -13,7 +13,7 @@ class Reuse:
     sharing: bool = True
     retention: bool = True
     borrowing: bool = True
-    store: bool = True  # the answer store (quail/answer_store.py): stored answers are used, new ones kept
+    store: bool = True  # the answer store (quail/store/): stored answers are used, new ones kept
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     @classmethod

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from quail.answer_store import WRITTEN, answer_key
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
@@ -37,11 +36,12 @@ from quail.ops.join import JoinResult, run_join
 from quail.ops.prompts import MAX_CHARS_PER_TOKEN, PromptLayout
 from quail.reuse import Retain, Reuse
 from quail.specs import FieldSpec
+from quail.store import WRITTEN, answer_key
 
 if TYPE_CHECKING:
     from llguidance import LLTokenizer
 
-    from quail.answer_stores import Store
+    from quail.store import Store
 
 
 def _reuse(reuse: bool | Reuse) -> Reuse:

@@ -80,7 +80,7 @@ class OperatorSpec:
     __pydantic_config__ = {"extra": "forbid"}  # the worker refuses unknown keys (worker/protocol.py)
 
     def fingerprint(self) -> str:
-        """Identifies what the operator computes, for the selectivities the stats store keeps."""
+        """Identifies what the operator computes, for the selectivities observed (cost/observed.py)."""
         what = [self.kind, self.columns[0], list(self.questions), list(self.labels), self.threshold]
         if self.descriptions:
             what.append(list(self.descriptions))

@@ -157,14 +157,14 @@ def test_an_operator_name_that_is_no_file_name_is_refused_before_anything_is_wri
     assert sorted(tmp_path.rglob("*")) == before
 
 
-def test_a_damaged_selectivity_store_is_set_aside_and_the_run_goes_on(news, tmp_path, capsys):
-    store = tmp_path / "quail-home" / "selectivity.json"  # conftest's private store
-    store.parent.mkdir(parents=True, exist_ok=True)
-    store.write_text('[{"rows": "many"}]')
+def test_damaged_selectivity_counts_are_set_aside_and_the_run_goes_on(news, tmp_path, capsys):
+    counts = tmp_path / "quail-home" / "selectivity.json"  # conftest's private one
+    counts.parent.mkdir(parents=True, exist_ok=True)
+    counts.write_text('[{"rows": "many"}]')
     code, _, _ = run(capsys, *_filter(news, tmp_path / "o.parquet"))
     assert code == 0 and (tmp_path / "o.parquet").exists()
-    [aside] = store.parent.glob("selectivity.json.corrupt-*")
-    assert aside.read_text() == '[{"rows": "many"}]' and list(json.loads(store.read_text()).values()) == [
+    [aside] = counts.parent.glob("selectivity.json.corrupt-*")
+    assert aside.read_text() == '[{"rows": "many"}]' and list(json.loads(counts.read_text()).values()) == [
         {"rows": 2, "passed": pq.read_table(tmp_path / "o.parquet").num_rows}]
 
 

@@ -142,7 +142,7 @@ def _stored_over(path, tokens: list[int], sign: bool = True) -> int:
     import sqlite3
     from array import array
 
-    from quail.answer_signing import signer
+    from quail.store.signing import signer
 
     db = sqlite3.connect(path)
     keys = [k for (k,) in db.execute("SELECT key FROM answers")]
@@ -224,7 +224,7 @@ def test_the_next_plan_expects_what_each_field_wrote_not_the_bound(docs, tmp_pat
     """The prediction of tokens written starts at the bound (max_new_tokens a row) and, once a run
     has written the fields, is their observed means per field: a schema that gains a field keeps
     the bound until that field is seen too."""
-    from quail.cost.observed import WrittenStore
+    from quail.cost.observed import WrittenCounts
 
     base = ["extract", docs, "--text-column", "text", "--field", "company:str=the company named",
             "--field", "paid:bool", "--max-new-tokens", "120", *MODEL]
@@ -232,7 +232,7 @@ def test_the_next_plan_expects_what_each_field_wrote_not_the_bound(docs, tmp_pat
     stats = tmp_path / "s.json"
     assert run(capsys, *base, "--output", tmp_path / "o.parquet", "--stats", stats, "--no-answer-store")[0] == 0
     s = json.loads(stats.read_text())
-    means = WrittenStore().means()
+    means = WrittenCounts().means()
     assert len(means) == 2 and all(m > 0 for m in means.values())
     expected = 3 * (sum(means.values()) + 3)  # two fields' means, the braces and a separator, a row
     assert s["predicted"]["tokens_generated_at_most"] == 360  # this run was planned before it wrote

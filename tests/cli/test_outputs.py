@@ -161,9 +161,9 @@ def test_stats_is_refused_on_the_answer_stores_database_and_journals(news, model
 
 
 def test_stats_is_refused_on_quails_observed_records(news, model_file, tmp_path, capsys):
-    from quail.cost.observed import SelectivityStore
+    from quail.cost.observed import SelectivityCounts
 
-    record = SelectivityStore().path  # conftest: the test's own
+    record = SelectivityCounts().path  # conftest: the test's own
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text("{}")
     refused(capsys, *_filter(news, tmp_path / "o.parquet", model_file, "--stats", record),

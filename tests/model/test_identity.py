@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from quail.answer_store import AnswerStore
 from quail.errors import QuailError
 from quail.session import Session
+from quail.store.sqlite import SqliteStore
 from tests.edits import copy_model, scale_tensor_in_place
 
 TEXTS = [f"Report {i}: the home side won {i} to {i % 3}." for i in range(6)] + ["A recipe for bread.", "Rain."]
@@ -35,7 +35,7 @@ def test_weights_edited_in_place_never_get_the_old_weights_answers(tiny_model_di
                                                                    threshold, calibration, predicates):
     folder = tmp_path_factory.mktemp("edited")
     model = copy_model(tiny_model_dir, folder / "model")
-    store = AnswerStore(folder / "answers.sqlite")
+    store = SqliteStore(folder / "answers.sqlite")
     asked = ["Is this about sport?", "Does it give a score?"][:predicates]
     old, _ = _open(str(model), store).filter(TEXTS, asked, threshold, calibration=calibration)
     edited = scale_tensor_in_place(model, which, factor)

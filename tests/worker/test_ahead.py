@@ -4,13 +4,13 @@ and the classify's own job finds them, with the answers it would have computed a
 
 import pytest
 
-from quail.answer_store import AnswerStore
 from quail.executor.engine import PhysicalPlan
 from quail.runtime.compute import compute
 from quail.planner.plan import plan
 from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
+from quail.store.sqlite import SqliteStore
 from quail.worker.ahead import consumers_ahead
 from quail.worker.client import WorkerClient
 from quail.worker.jobs import Identity
@@ -32,7 +32,7 @@ def test_only_a_filter_or_classify_of_the_same_column_without_templates_is_compu
 @pytest.fixture
 def client(smollm2, tmp_path):
     session = Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
-    session.store = AnswerStore(tmp_path / "answers.sqlite")
+    session.store = SqliteStore(tmp_path / "answers.sqlite")
     server = Worker(session, f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
     yield WorkerClient(f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
     server.shutdown()

@@ -13,7 +13,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from quail.answer_stores import open_store
 from quail.cli import band
 from quail.cli.progress import Progress
 from quail.cli.reads import files_read
@@ -33,6 +32,7 @@ from quail.model.registry import DEFAULT_MODEL, DTYPE_CHOICES, EMBEDDED, install
 from quail.pipeline.config import Pipeline, check_reviews, load_pipeline
 from quail.pipeline.stream import DEFAULT_WINDOW_ROWS
 from quail.specs import CALIBRATIONS
+from quail.store import open_store
 from quail.worker.locations import check_location, is_tls, server_tls, tcp_location, unix_location
 from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
 
@@ -416,7 +416,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     require_engine(f"`quail {args.command}`")
     import torch
 
-    from quail.cost.observed import SelectivityStore, WrittenStore
+    from quail.cost.observed import SelectivityCounts, WrittenCounts
     from quail.model.loader import check_available
     from quail.pipeline.explain import describe_plan, describe_run
     from quail.pipeline.runner import Runner
@@ -432,8 +432,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     if not explain:
         runner.check_outputs(*(("output", "stats", "review_output") if args.command in ("pipeline", "explain")
                                else ("--output", "--stats", "--review-output")), kept=files_read(args, pipeline))
-    plan = make_plan(pipeline.specs, SelectivityStore().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
-                     retention_on=reuse.retention, written=WrittenStore().means())
+    plan = make_plan(pipeline.specs, SelectivityCounts().estimates(), rewind=reuse.rewind, sharing=reuse.sharing,
+                     retention_on=reuse.retention, written=WrittenCounts().means())
     for spec in pipeline.specs:
         if spec.cascade is not None:
             check_cascade_model(pipeline.model, spec.cascade.model, f"operator {spec.name!r}")

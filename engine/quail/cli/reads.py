@@ -7,20 +7,20 @@ import argparse
 import os
 from pathlib import Path
 
-from quail.answer_signing import KEY_FILE
-from quail.answer_stores import store_location
-from quail.cost.observed import SelectivityStore, WrittenStore
+from quail.cost.observed import SelectivityCounts, WrittenCounts
 from quail.model.identity import model_files
 from quail.model.registry import EMBEDDED, cache_dir, package_dir
 from quail.paths import home
 from quail.pipeline.config import Pipeline
+from quail.store import store_location
+from quail.store.signing import KEY_FILE
 
 NEVER_WRITTEN = "which the run never writes"
 
 
 def files_read(args: argparse.Namespace, pipeline: Pipeline) -> dict[str, str]:
     """Each file the run reads -> what it is."""
-    read = {str(s.path): f"Quail's {s.what}, which only Quail writes" for s in (SelectivityStore(), WrittenStore())}
+    read = {str(s.path): f"Quail's {s.what}, which only Quail writes" for s in (SelectivityCounts(), WrittenCounts())}
     if args.command == "pipeline":
         read[args.pipeline] = f"the pipeline file, {NEVER_WRITTEN}"
     for model in [pipeline.model] + [s.cascade.model for s in pipeline.specs if s.cascade is not None]:

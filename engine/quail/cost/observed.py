@@ -1,11 +1,11 @@
-"""The stats stores: what earlier runs observed, refining the planner's estimates.
+"""The observed counts: what earlier runs observed, refining the planner's estimates.
 
 Small JSON files under $QUAIL_HOME of counts per key. `selectivity.json`, keyed by a filter's
 fingerprint: rows asked and passed; the estimate is Laplace's rule of succession, (passed + 1) /
 (rows + 2): 0.5 before any observation. `written.json`, keyed by an extract's field or a map's
 instruction (kinds/extract.py `written_parts`): rows and tokens written; the estimate is their mean.
 A file that is not such a mapping (garbage, a cut-off write, another shape) is set aside beside it,
-with a warning, and the run goes on with an empty store.
+with a warning, and the run goes on with no counts.
 """
 
 import json
@@ -19,7 +19,7 @@ from quail.paths import home
 log = logging.getLogger(__name__)
 
 
-class _CountsStore:
+class _Counts:
     """Two counts per key in a JSON file, added to by each run that observes them."""
 
     file = ""
@@ -72,7 +72,7 @@ class _CountsStore:
         write_text_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))
 
 
-class SelectivityStore(_CountsStore):
+class SelectivityCounts(_Counts):
     file, fields, what = "selectivity.json", ("rows", "passed"), "selectivity store"
 
     def _valid(self, value: object) -> bool:
@@ -82,7 +82,7 @@ class SelectivityStore(_CountsStore):
         return {k: (v["passed"] + 1) / (v["rows"] + 2) for k, v in self._read().items()}
 
 
-class WrittenStore(_CountsStore):
+class WrittenCounts(_Counts):
     file, fields, what = "written.json", ("rows", "tokens"), "written-token store"
 
     def means(self) -> dict[str, float]:

@@ -75,7 +75,7 @@ class OperatorKind:
 
     # predicting it
     def written_parts(self, spec: OperatorSpec) -> list[str]:
-        """The keys of the written-token store (cost/observed.py) whose observed means make a row's
+        """The keys of the written-token counts (cost/observed.py) whose observed means make a row's
         expected writing; none for a kind that writes nothing."""
         return []
 

@@ -1,12 +1,14 @@
 """Resolves `--model` (an embedded name, a GGUF file or a safetensors directory) into a model."""
 
+import functools
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from quail.device import resolve_device
+from quail.device import cpu_info, resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
 from quail.model.cpu_dtype import cpu_dtype
@@ -35,10 +37,27 @@ class LoadedModel:
     config: ModelConfig
     model: LlamaModel
     tokenizer: Tokenizer
-    identity: str = ""  # weights' digest, dtype, device kind, attention where not torch's: what answers depend on
+    digest: str = ""  # the sha256 of the bytes it loads (model/identity.py)
     dtype_why: str = ""  # why this dtype: given, or what `auto` measured
     files: tuple[Path, ...] = ()  # what it was loaded from
     loaded_from: Fingerprint = ()  # those files as they were when it loaded them
+
+    @property
+    def identity(self) -> str:
+        """What its answers depend on, their key in the answer store: the weights' digest, the
+        dtype, the device kind, the attention where not torch's and, on a CPU in 16 bits, the
+        thread count torch runs it with (read at each call: a script may change it after loading)."""
+        m = self.model
+        # The fused CPU kernel sums in another order than the torch reference: its answers get keys of their own
+        attention = ":cpu-attention" if m.attention_name == "cpu" else ""
+        # torch's attention sums a one-row query in an order set by the thread count, and oneDNN's
+        # GEMMs may split theirs by it on other CPUs. In 16 bits such a difference can round to a
+        # whole ulp and grow layer by layer: a log-prob 0.5 apart at 1 and 2 threads where fp32's
+        # stay within 5e-5. Answers computed at another thread count are not this model's.
+        # Another CPU's kernels (AMX against AVX512-BF16) or another torch may round otherwise too.
+        threads = (f":threads{torch.get_num_threads()}:{_cpu_kind()}" if m.device.type == "cpu"
+                   and m.dtype != torch.float32 else "")
+        return f"{self.digest}:{str(m.dtype).removeprefix('torch.')}:{m.device.type}{attention}{threads}"
 
     def changed(self) -> bool:
         """Whether its files changed (or went) since it loaded them: its answers are no longer theirs."""
@@ -80,6 +99,12 @@ def check_available(spec: str) -> None:
         _local_path(spec)
 
 
+@functools.cache
+def _cpu_kind() -> str:
+    """The CPU's model name and torch's version, digested: what a 16-bit answer's bits depend on besides the threads."""
+    return hashlib.sha256(f"{cpu_info()[0]}\x1f{torch.__version__}".encode()).hexdigest()[:8]
+
+
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
     """device: as `--device` takes it (quail.device.resolve_device)."""
     if dtype not in DTYPE_CHOICES:
@@ -104,7 +129,4 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
         path.unlink(missing_ok=True)
         raise QuailError(f"assembled {spec} has sha256 {digest}, expected {pinned}; removed it, retry")
     name = spec if spec in EMBEDDED else Path(spec).name
-    # The fused CPU kernel sums in another order than the torch reference: its bf16 answers get keys of their own
-    attention = ":cpu-attention" if model.attention_name == "cpu" else ""
-    return LoadedModel(name, cfg, model, tokenizer, f"{digest}:{dtype}:{on.type}{attention}", why, tuple(files),
-                       before)
+    return LoadedModel(name, cfg, model, tokenizer, digest, why, tuple(files), before)

@@ -1,4 +1,4 @@
-"""Answers found in the answer store (quail/answer_store.py), in an operator's accounting: the
+"""Answers found in the answer store (quail/store/), in an operator's accounting: the
 prompts they stand for are counted as computed from scratch would count them, and as reused by
 the `answers` mechanism, so computed + reused = naive holds with them."""
 

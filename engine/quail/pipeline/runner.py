@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from quail.atomic import INPUT, Publication, check_output, write_text_atomically
-from quail.cost.observed import SelectivityStore, WrittenStore
+from quail.cost.observed import SelectivityCounts, WrittenCounts
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
@@ -269,9 +269,9 @@ class Runner:
         for spec in group:
             self.outputs[spec.name] = str(sinks[spec.name].written)
             if seen[spec.name][0]:
-                SelectivityStore().record({spec.fingerprint(): (seen[spec.name][0], seen[spec.name][1])})
+                SelectivityCounts().record({spec.fingerprint(): (seen[spec.name][0], seen[spec.name][1])})
             if wrote[spec.name]:
-                WrittenStore().record({part: (rows, tokens) for part, (rows, tokens) in wrote[spec.name].items()})
+                WrittenCounts().record({part: (rows, tokens) for part, (rows, tokens) in wrote[spec.name].items()})
         return {s.name: (sinks[s.name].rows, totals[s.name].stats, totals[s.name].predicted) for s in group}
 
 

@@ -65,11 +65,11 @@ class KindRuntime:
         return {i: sum(len(d) + extra for _, extra in prompts) for i, d in enumerate(docs)}
 
     def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
-        """(rows asked, rows passed) for the selectivity store, from a kind that narrows its rows."""
+        """(rows asked, rows passed) for the selectivity counts, from a kind that narrows its rows."""
         return None
 
     def written_observed(self, spec: OperatorSpec, answers: pa.Table,
                          encode: Callable[[list[str]], list[list[int]]]) -> dict[str, tuple[int, int]]:
-        """(rows, tokens written) by part (OperatorKind.written_parts) for the written-token store,
+        """(rows, tokens written) by part (OperatorKind.written_parts) for the written-token counts,
         from the rows written whole; none for a kind that writes nothing."""
         return {}

@@ -11,10 +11,10 @@ from quail.runtime.outputs import scatter
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
-    from quail.answer_stores import Store
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
+    from quail.store import Store
 
 
 class ClassifyRuntime(KindRuntime):

@@ -6,17 +6,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from quail.answer_store import WRITTEN
 from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS, Extract, render
 from quail.runtime.base import Inputs, KindRuntime
 from quail.runtime.outputs import scatter
 from quail.specs import FieldSpec, OperatorSpec
+from quail.store import WRITTEN
 
 if TYPE_CHECKING:
-    from quail.answer_stores import Store
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
+    from quail.store import Store
 
 ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "date": pa.date32(),
          "enum": pa.string(), "list[str]": pa.list_(pa.string())}

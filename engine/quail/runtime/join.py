@@ -12,10 +12,10 @@ from quail.runtime.base import Inputs, KindRuntime
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
-    from quail.answer_stores import Store
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
+    from quail.store import Store
 
 
 class JoinRuntime(KindRuntime):

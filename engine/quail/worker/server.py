@@ -1,5 +1,5 @@
 """The worker: one process per device that owns the model, the KV arena, the retention pool and
-the stats store, and computes jobs that operators submit over Arrow Flight.
+the observed counts (cost/observed.py), and computes jobs that operators submit over Arrow Flight.
 
 It listens on loopback or a Unix socket unless told otherwise, and always wants a token
 (worker/tokens.py). A job's id is its capability: only the task that submitted it (or one that
@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quail.constants import DEFAULT_MAX_QUEUED
-from quail.cost.observed import SelectivityStore, WrittenStore
+from quail.cost.observed import SelectivityCounts, WrittenCounts
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import KINDS
@@ -157,7 +157,8 @@ class Worker(flight.FlightServerBase):
         self.lock = threading.Lock()
         self.runners = ThreadPoolExecutor(max_jobs, thread_name_prefix="quail-job")
         self.max_queued = max_queued
-        self.store = SelectivityStore()
+        self.selectivity = SelectivityCounts()
+        self.written = WrittenCounts()
         self.last_call = time.time()
         if idle_timeout:
             threading.Thread(target=self._exit_when_idle, args=(idle_timeout,), name="quail-idle", daemon=True).start()
@@ -390,11 +391,11 @@ class Worker(flight.FlightServerBase):
             job.predicted = predicted.rounded()
             if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
                 with self.lock:
-                    self.store.record({job.spec.fingerprint(): seen})
+                    self.selectivity.record({job.spec.fingerprint(): seen})
             if wrote := runtime_of(job.spec.kind).written_observed(job.spec, answers,
                                                                    self.session.loaded.tokenizer.encode_batch):
                 with self.lock:
-                    WrittenStore().record(wrote)
+                    self.written.record(wrote)
             job.results, job.stats, job.state = answers, stats.to_dict(), JobState.DONE
         except Cancelled:
             job.state = JobState.CANCELLED

@@ -9,11 +9,11 @@ from array import array
 import pytest
 from sqlalchemy import create_engine, text
 
-from quail.answer_signing import signer
-from quail.answer_store import AnswerStore, answer_key
-from quail.answer_store_postgres import PostgresAnswerStore
-from quail.answer_stores import open_store
 from quail.errors import QuailError
+from quail.store import answer_key, open_store
+from quail.store.postgres import PostgresStore
+from quail.store.signing import signer
+from quail.store.sqlite import SqliteStore
 from tests.postgres import throwaway_cluster
 
 
@@ -43,10 +43,10 @@ def _items(n: int, tag: str = "", width: int = 1) -> list[tuple[bytes, list[floa
 
 
 def test_the_backend_follows_the_location(tmp_path, url, monkeypatch):
-    assert isinstance(open_store(str(tmp_path / "a.sqlite")), AnswerStore)
-    assert isinstance(open_store(url), PostgresAnswerStore)
+    assert isinstance(open_store(str(tmp_path / "a.sqlite")), SqliteStore)
+    assert isinstance(open_store(url), PostgresStore)
     monkeypatch.setenv("QUAIL_ANSWER_STORE", url)
-    assert isinstance(open_store(), PostgresAnswerStore)
+    assert isinstance(open_store(), PostgresStore)
     for bad in ("mysql://db/quail", "postgresql+psycopg://[::"):
         with pytest.raises(QuailError, match="answer store"):
             open_store(bad)
@@ -82,8 +82,8 @@ def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(url, 
 
 
 def test_the_store_is_bounded_and_forgets_the_least_recently_used(url, monkeypatch):
-    monkeypatch.setattr("quail.answer_store_postgres.BOUND_EVERY", 0.0)  # counted at every write
-    store = PostgresAnswerStore(open_store(url).url, max_bytes=160 * 1000, touch_every=0)
+    monkeypatch.setattr("quail.store.postgres.BOUND_EVERY", 0.0)  # counted at every write
+    store = PostgresStore(open_store(url).url, max_bytes=160 * 1000, touch_every=0)
     old = _items(600, "old")
     store.put(old)
     store.get([k for k, _ in old[:100]], 1)  # used again: kept
@@ -121,7 +121,7 @@ def test_four_writers_storing_overlapping_keys_at_once_lose_nothing(url, caplog)
 
 
 def test_a_database_that_goes_away_costs_nothing_and_storing_resumes(cluster, url, caplog, monkeypatch):
-    monkeypatch.setattr("quail.answer_store_postgres.RETRY", 0.0)
+    monkeypatch.setattr("quail.store.postgres.RETRY", 0.0)
     store = open_store(cluster.url(password="s3cret-pw"))
     first, later = _items(20, "a"), _items(20, "b")
     store.put(first)
@@ -151,7 +151,7 @@ def test_a_url_in_a_file_is_read_only_from_a_private_file(tmp_path, url, monkeyp
     with pytest.raises(QuailError, match="QUAIL_ANSWER_STORE_FILE .* is open to other users"):
         open_store()
     secret.chmod(0o600)
-    assert isinstance(open_store(), PostgresAnswerStore)
+    assert isinstance(open_store(), PostgresStore)
 
 
 def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, cluster, url, tiny_model_dir,

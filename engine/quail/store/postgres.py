@@ -1,7 +1,7 @@
 """The answer store on PostgreSQL, which a pool of workers shares: an answer one worker computed is
 found by every other, so tomorrow's run finds today's answers on whichever worker it lands, and a
-worker lost takes none with it. Same keys, values and semantics as the SQLite store
-(quail/answer_store.py); made for many writers at once:
+worker lost takes none with it. Same keys, values and semantics as the SQLite store (sqlite.py);
+made for many writers at once:
 
 - one round trip per batch of keys (`key = ANY(:keys)`), never one per row;
 - inserts that tolerate another worker storing the same key at the same moment (`ON CONFLICT`),
@@ -17,27 +17,28 @@ refuses unless it is private), or in the URL."""
 import logging
 import threading
 import time
-from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from quail.answer_signing import Signer, signer
-from quail.answer_store import RECENT, Rejected, bound_bytes, fits
 from quail.errors import QuailError
+from quail.store.base import bound_bytes
+from quail.store.recent import Recent, Row
+from quail.store.signing import Signer, signer
+from quail.store.values import Rejected, sealed
 
 log = logging.getLogger(__name__)
 
-VERSION = 2  # 2: values signed (quail/answer_signing.py); version 1's are emptied, since none would verify
+VERSION = 2  # 2: values signed (signing.py); version 1's are emptied, since none would verify
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS quail_schema (version integer NOT NULL)",
     "CREATE TABLE IF NOT EXISTS quail_answers (key bytea PRIMARY KEY, value bytea NOT NULL, used bigint NOT NULL)",
     "CREATE INDEX IF NOT EXISTS quail_answers_used ON quail_answers (used)",
 )
-BATCH = 20000  # keys per statement: a window's at once (bench/answer_store.py: the fewer round trips the faster)
-BYTES_PER_ANSWER = 170  # a yes/no answer's row, index entries and tuple headers (bench/answer_store.py: 166)
+BATCH = 20000  # keys per statement: a window's at once (bench/micro/answer_store.py: the fewer round trips the faster)
+BYTES_PER_ANSWER = 170  # a yes/no answer's row, index entries and tuple headers (bench/micro/answer_store.py: 166)
 LOCK = 0x5175_6169_6C00  # the advisory lock of eviction ("Quail")
 RETRY = 30.0  # seconds between tries of a database that did not answer
 BOUND_EVERY = 60.0  # seconds between a worker's counts of the answers (a count reads the whole index)
@@ -61,20 +62,19 @@ def describe(url: URL) -> str:
     return f"postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
 
 
-class PostgresAnswerStore:
+class PostgresStore:
     def __init__(self, url: URL, max_bytes: int | None = None, touch_every: float = 3600.0, pool_size: int = 4,
                  signed_by: Signer | None = None):
         """pool_size: connections kept, as many as the worker's job threads. signed_by: by default
-        answer_signing.signer(), which a pool's workers must share."""
+        signing.signer(), which a pool's workers must share."""
         self.url = url
         self.path = describe(url)  # what messages name: never the password
         self.max_bytes = max_bytes or bound_bytes()
-        self.touch_ns = int(touch_every * 1e9)
         self.writable = True
         self.signed_by = signed_by or signer(shared=self.path)
         self.rejected = Rejected()
-        self._recent: dict[bytes, tuple[list, int]] = {}
-        self._lock = threading.Lock()  # guards _recent and the outage state, never a round trip
+        self.recent = Recent(touch_every)
+        self._lock = threading.Lock()  # guards the outage state, never a round trip
         self._down_until: float | None = None  # while it does not answer: when it is tried again
         self._ready = False
         self._bounded = 0.0  # when this worker last counted the answers
@@ -123,47 +123,37 @@ class PostgresAnswerStore:
             log.warning("the answer store %s answers again: storing resumes", self.path)
 
     def get(self, keys: list[bytes], width: int, touch: bool = True) -> dict[bytes, list]:
-        """The stored answers among `keys`, each `width` probabilities or a written output (WRITTEN);
-        `touch`: they count as used now."""
         if not keys:
             return {}
-        now = time.time_ns()
-        with self._lock:
-            if len(self._recent) > RECENT:
-                self._recent.clear()
-            todo = [k for k in dict.fromkeys(keys) if k not in self._recent]
-        seen = Rejected()
-        try:
-            if todo and self._usable():
-                with self._engine.connect() as db:
-                    for lo in range(0, len(todo), BATCH):
-                        rows = db.execute(text("SELECT key, value, used FROM quail_answers WHERE key = ANY(:keys)"),
-                                          {"keys": todo[lo: lo + BATCH]}).all()
-                        with self._lock:
-                            for k, v, used in rows:
-                                if (answer := seen.checked(self.signed_by, bytes(k), bytes(v), width)) is not None:
-                                    self._recent[bytes(k)] = (answer, used)
-                self._answered()
-        except (SQLAlchemyError, OSError) as e:
-            self._failed("read", e)
-        with self._lock:
-            found = {k: hit[0] for k in keys if (hit := self._recent.get(k)) is not None and fits(hit[0], width)}
-            stale = sorted(k for k in found if self._recent[k][1] < now - self.touch_ns)
+        found, seen = self.recent.get(keys, width, self.signed_by, self._read, self._touch if touch else None)
         self.rejected.add(seen, self.path, width)
-        if touch and stale and self.writable:
-            self._touch(stale, now)
         return found
 
-    def _touch(self, keys: list[bytes], now: int) -> None:
+    def _read(self, keys: list[bytes]) -> Iterator[Row]:
+        try:
+            if not self._usable():
+                return
+            with self._engine.connect() as db:
+                for lo in range(0, len(keys), BATCH):
+                    rows = db.execute(text("SELECT key, value, used FROM quail_answers WHERE key = ANY(:keys)"),
+                                      {"keys": keys[lo: lo + BATCH]}).all()
+                    yield from ((k, bytes(v), used) for k, v, used in rows)
+            self._answered()
+        except (SQLAlchemyError, OSError) as e:
+            self._failed("read", e)
+
+    def _touch(self, keys: list[bytes], now: int) -> bool:
+        if not self.writable:
+            return False
         try:
             with self._engine.begin() as db:
                 for lo in range(0, len(keys), BATCH):
                     db.execute(text("UPDATE quail_answers SET used = :now WHERE key = ANY(:keys)"),
                                {"now": now, "keys": keys[lo: lo + BATCH]})
-            with self._lock:
-                self._recent.update((k, (self._recent[k][0], now)) for k in keys if k in self._recent)
+            return True
         except (SQLAlchemyError, OSError) as e:
             self._failed("record use", e)
+            return False
 
     def put(self, items: Iterable[tuple[bytes, list]]) -> None:
         rows = sorted({k: v for k, v in items}.items())  # key order: overlapping writers never deadlock
@@ -180,15 +170,13 @@ class PostgresAnswerStore:
                     db.execute(text("INSERT INTO quail_answers SELECT * FROM unnest(:keys, :values, :used) "
                                     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, used = EXCLUDED.used "
                                     "WHERE quail_answers.value <> EXCLUDED.value"),
-                               {"keys": [k for k, _ in part],
-                                "values": [self.signed_by.seal(k, array("d", v).tobytes()) for k, v in part],
+                               {"keys": [k for k, _ in part], "values": [sealed(self.signed_by, k, v) for k, v in part],
                                 "used": [now] * len(part)})
             self._answered()
         except (SQLAlchemyError, OSError) as e:
             self._failed("write", e)
             return
-        with self._lock:
-            self._recent.update((k, (list(v), now)) for k, v in rows)
+        self.recent.put(rows, now)
         self._bound()
 
     def _bound(self) -> None:
@@ -209,8 +197,7 @@ class PostgresAnswerStore:
                 over = count - most + most // 10
                 db.execute(text("DELETE FROM quail_answers WHERE key IN "
                                 "(SELECT key FROM quail_answers ORDER BY used LIMIT :n)"), {"n": over})
-            with self._lock:
-                self._recent.clear()
+            self.recent.clear()
         except (SQLAlchemyError, OSError) as e:
             self._failed("bound", e)
 
@@ -245,8 +232,7 @@ class PostgresAnswerStore:
         except (SQLAlchemyError, OSError) as e:
             self._failed("clear", e)
             return 0
-        with self._lock:
-            self._recent.clear()
+        self.recent.clear()
         return n
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
-"""The answer store: answers kept by content (model, question, document), found again by a later run
-with the same answers, never by one that asks something else; and a store that is damaged, read-only
-or shared is never trusted blindly nor a reason to fail a run."""
+"""The answer store in SQLite: answers kept by content (model, question, document), found again by a
+later run with the same answers, never by one that asks something else; and a store that is damaged,
+read-only or shared is never trusted blindly nor a reason to fail a run."""
 
 import json
 import logging
@@ -13,20 +13,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quail.answer_signing import Signer, signer
-from quail.answer_store import AnswerStore, answer_key
 from quail.cli.main import main
-from quail.errors import QuailError
+from quail.store import answer_key
+from quail.store.signing import Signer, signer
+from quail.store.sqlite import SqliteStore
 
 
-def _put_and_get(store: AnswerStore, n: int, tag: str = "") -> dict:
+def _put_and_get(store: SqliteStore, n: int, tag: str = "") -> dict:
     items = [(answer_key("m:float32:cpu", f"q{tag}", [i]), [i / n]) for i in range(n)]
     store.put(items)
     return store.get([k for k, _ in items], 1)
 
 
 def test_answers_come_back_by_their_key_and_only_by_it(tmp_path):
-    store = AnswerStore(tmp_path / "a.sqlite")
+    store = SqliteStore(tmp_path / "a.sqlite")
     key = answer_key("m:float32:cpu", "filter\x1f[1, 2]", [5, 6, 7])
     store.put([(key, [0.25])])
     assert store.get([key], 1) == {key: [0.25]}
@@ -44,10 +44,10 @@ def test_a_damaged_store_is_set_aside_and_started_anew(tmp_path, caplog, damage)
     if damage:
         path.write_bytes(damage)
     else:
-        _put_and_get(AnswerStore(path), 10)
+        _put_and_get(SqliteStore(path), 10)
         path.write_bytes(path.read_bytes()[:1500])  # truncated
     with caplog.at_level(logging.WARNING):
-        store = AnswerStore(path)
+        store = SqliteStore(path)
     assert len(_put_and_get(store, 10)) == 10
     if damage or "damaged" in caplog.text:
         assert "set aside" in caplog.text and list(tmp_path.glob("a.sqlite.corrupt-*"))
@@ -60,11 +60,11 @@ def test_a_read_only_store_is_read_and_a_run_goes_on(tmp_path, caplog):
         pytest.skip("root writes anywhere")
     folder = tmp_path / "ro"
     folder.mkdir()
-    _put_and_get(AnswerStore(folder / "a.sqlite"), 5)
+    _put_and_get(SqliteStore(folder / "a.sqlite"), 5)
     folder.chmod(0o555)
     try:
         with caplog.at_level(logging.WARNING):
-            store = AnswerStore(folder / "a.sqlite")
+            store = SqliteStore(folder / "a.sqlite")
         assert len(_put_and_get(store, 5)) == 5 and not store.writable and "read-only" in caplog.text
     finally:
         folder.chmod(0o755)
@@ -74,12 +74,12 @@ def test_an_unwritable_folder_only_warns(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with caplog.at_level(logging.WARNING):
-        store = AnswerStore(blocker / "a.sqlite")
+        store = SqliteStore(blocker / "a.sqlite")
     assert _put_and_get(store, 3) == {} and "answers are not stored" in caplog.text
 
 
 def _writer(path: str, tag: str) -> None:
-    store = AnswerStore(path)
+    store = SqliteStore(path)
     for lo in range(0, 400, 40):
         store.put([(answer_key("m", tag, [i]), [i / 400]) for i in range(lo, lo + 40)])
 
@@ -92,14 +92,14 @@ def test_processes_share_one_store_even_when_they_create_it_at_once(tmp_path):
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    store = AnswerStore(path)
+    store = SqliteStore(path)
     for tag in "abcd":
         assert len(store.get([answer_key("m", tag, [i]) for i in range(400)], 1)) == 400
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_the_store_is_bounded_and_forgets_the_least_recently_used(tmp_path):
-    store = AnswerStore(tmp_path / "a.sqlite", max_bytes=400_000, touch_every=0)
+    store = SqliteStore(tmp_path / "a.sqlite", max_bytes=400_000, touch_every=0)
     first = [(answer_key("m", "q", [i]), [0.5] * 8) for i in range(200)]
     store.put(first)
     for lo in range(1000, 9000, 500):
@@ -208,7 +208,7 @@ def test_a_truncated_joins_rerun_is_predicted_as_it_runs(tmp_path, docs, tiny_mo
 
 
 def _write_forever(path: str, ready) -> None:
-    store = AnswerStore(path)
+    store = SqliteStore(path)
     i = 0
     while True:
         store.put([(answer_key("m", "q", [i, j]), [j / 100]) for j in range(100)])
@@ -228,7 +228,7 @@ def test_a_writer_killed_mid_run_leaves_a_sound_store_with_what_it_committed(tmp
     assert ready.wait(60)
     os.kill(p.pid, signal.SIGKILL)
     p.join(10)
-    store = AnswerStore(tmp_path / "a.sqlite")
+    store = SqliteStore(tmp_path / "a.sqlite")
     assert store.stats()["writable"] and not list(tmp_path.glob("*.corrupt-*"))
     assert len(store.get([answer_key("m", "q", [i, j]) for i in range(6) for j in range(100)], 1)) == 600
 
@@ -244,7 +244,7 @@ def test_a_full_disk_only_warns_and_the_store_stops_writing(tmp_path, caplog):
     if not mounted:
         pytest.skip("cannot mount a small tmpfs here (needs root and a mount namespace)")
     try:
-        store = AnswerStore(disk / "a.sqlite")
+        store = SqliteStore(disk / "a.sqlite")
         with caplog.at_level(logging.WARNING):
             for lo in range(0, 20_000, 1000):
                 store.put([(answer_key("m", "q", [i]), [0.5] * 8) for i in range(lo, lo + 1000)])
@@ -259,18 +259,18 @@ def test_the_bound_is_a_setting_checked_before_use(tmp_path, monkeypatch):
     from quail.errors import QuailError
 
     monkeypatch.setenv("QUAIL_ANSWER_STORE_MAX_BYTES", str(8 << 20))
-    assert AnswerStore(tmp_path / "a.sqlite").max_bytes == 8 << 20
+    assert SqliteStore(tmp_path / "a.sqlite").max_bytes == 8 << 20
     for bad in ("lots", "1000"):
         monkeypatch.setenv("QUAIL_ANSWER_STORE_MAX_BYTES", bad)
         with pytest.raises(QuailError, match="QUAIL_ANSWER_STORE_MAX_BYTES"):
-            AnswerStore(tmp_path / "b.sqlite")
+            SqliteStore(tmp_path / "b.sqlite")
 
 
 def _planted(path, value: bytes) -> list[bytes]:
     """A store of 12 answers of 0.25, then every value replaced by `value`, signed with this
     process's key: what a worker with a bug, not an intruder, could have stored."""
     keys = [answer_key("m", "q", [i]) for i in range(12)]
-    store = AnswerStore(path)
+    store = SqliteStore(path)
     store.put((k, [0.25]) for k in keys)
     store.close()
     db = sqlite3.connect(path)
@@ -299,34 +299,13 @@ def test_a_value_not_signed_with_this_key_is_a_miss_counted_logged_and_stored_ov
                        [(other.seal(k, array("d", [0.999]).tobytes()), k) for k in keys])
     db.commit()
     db.close()
-    store = AnswerStore(path)
+    store = SqliteStore(path)
     with caplog.at_level(logging.WARNING):
         assert store.get(keys, 1) == {}
     assert "12 value(s) not signed with this process's key" in caplog.text
     assert store.stats()["rejected_unsigned"] == 12 and store.stats()["key"] == signer().fingerprint
     store.put((k, [0.06]) for k in keys)
-    assert AnswerStore(path).get(keys, 1) == {k: [0.06] for k in keys}
-
-
-def test_the_key_is_made_once_private_and_a_given_one_is_checked(tmp_path, monkeypatch):
-    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "home"))
-    first = signer().fingerprint
-    assert signer().fingerprint == first
-    assert (tmp_path / "home" / "answer-store.key").stat().st_mode & 0o777 == 0o600
-    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY", "x" * 32)
-    assert signer().fingerprint not in (first, Signer(b"y" * 32).fingerprint)
-    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY", "short")
-    with pytest.raises(QuailError, match="at least 16"):
-        signer()
-    monkeypatch.delenv("QUAIL_ANSWER_STORE_KEY")
-    key = tmp_path / "key"
-    key.write_text("z" * 32)
-    key.chmod(0o644)
-    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY_FILE", str(key))
-    with pytest.raises(QuailError, match="open to other users"):
-        signer()
-    key.chmod(0o600)
-    assert signer().fingerprint == Signer(b"z" * 32).fingerprint
+    assert SqliteStore(path).get(keys, 1) == {k: [0.06] for k in keys}
 
 
 @pytest.mark.parametrize("where", ["store", "folder", "owner"])
@@ -346,7 +325,7 @@ def test_a_store_another_user_could_have_written_is_not_used(tmp_path, caplog, w
             pytest.skip("giving a file to another user needs root")
         os.chown(path, 65534, 65534)
     with caplog.at_level(logging.WARNING):
-        store = AnswerStore(path)
+        store = SqliteStore(path)
         assert store.get(keys, 1) == {}
     assert "is not used" in caplog.text and ("another user" in caplog.text or "writable by other" in caplog.text)
     store.put([(keys[0], [0.5])])  # nor written
@@ -358,12 +337,12 @@ def test_a_new_store_is_private_whatever_the_umask(tmp_path):
 
     old = os.umask(0o002)
     try:
-        AnswerStore(tmp_path / "new" / "a.sqlite").put([(answer_key("m", "q", [0]), [0.5])])
+        SqliteStore(tmp_path / "new" / "a.sqlite").put([(answer_key("m", "q", [0]), [0.5])])
     finally:
         os.umask(old)
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "new" / "a.sqlite").stat().st_mode & 0o777 == 0o600
-    assert AnswerStore(tmp_path / "new" / "a.sqlite").get([answer_key("m", "q", [0])], 1)  # trusted again
+    assert SqliteStore(tmp_path / "new" / "a.sqlite").get([answer_key("m", "q", [0])], 1)  # trusted again
 
 
 @pytest.mark.parametrize("value", [b"\x00\x00\xf8\x7f" * 2,  # NaN
@@ -387,13 +366,13 @@ def test_a_stored_value_that_is_not_an_answer_is_a_miss_and_is_stored_over(tmp_p
         db.execute("INSERT INTO answers SELECT * FROM t WHERE key != ?", (keys[0],))
     db.commit()
     db.close()
-    store = AnswerStore(path)
+    store = SqliteStore(path)
     with caplog.at_level(logging.WARNING):
         found = store.get(keys, 1)
     assert keys[0] not in found and len(found) == 11
     assert ("not answers" if isinstance(value, bytes) else "not signed") in caplog.text
     store.put([(keys[0], [0.75])])
-    assert AnswerStore(path).get(keys[:1], 1) == {keys[0]: [0.75]}
+    assert SqliteStore(path).get(keys[:1], 1) == {keys[0]: [0.75]}
 
 
 @pytest.mark.parametrize("used", ["abc", None, 1.5, b"\x01"])
@@ -406,39 +385,23 @@ def test_a_last_use_that_is_no_time_is_used_anew_not_a_traceback(tmp_path, used)
     db.execute("CREATE TABLE answers (key BLOB PRIMARY KEY, value BLOB NOT NULL, used) WITHOUT ROWID")
     db.execute("INSERT INTO answers SELECT key, value, ? FROM t", (used,))
     db.commit()
-    store = AnswerStore(path, touch_every=0)
+    store = SqliteStore(path, touch_every=0)
     assert len(store.get(keys, 1)) == 12  # each one's value is whole: an answer, used now
     assert {r[0] for r in db.execute("SELECT typeof(used) FROM answers")} == {"integer"}
     db.close()
-
-
-def test_a_written_output_is_a_flag_then_whole_token_ids_and_nothing_else_passes():
-    from array import array
-
-    from quail.answer_store import WRITTEN, as_answer
-
-    def raw(*values):
-        return array("d", values).tobytes()
-
-    assert as_answer(raw(0.0, 12.0, 7.0), WRITTEN) == [0.0, 12.0, 7.0]
-    assert as_answer(raw(1.0), WRITTEN) == [1.0]  # truncated before writing anything
-    for planted in (raw(0.5, 3.0), raw(0.0, -1.0), raw(0.0, 2.5), raw(0.0, float("nan")), raw(1.0, 2.0**40), b"",
-                    b"abc"):
-        assert as_answer(planted, WRITTEN) is None
-    assert as_answer(raw(0.0, 12.0), 2) is None  # a probability is at most 1
 
 
 def test_a_log_not_yet_folded_in_forgets_no_answer(tmp_path):
     """The bound counts the database and its write-ahead log; a log that only needs folding in
     (checkpointing) must not make the store forget answers it has room for."""
     path = tmp_path / "a.sqlite"
-    store = AnswerStore(path, max_bytes=1 << 30, touch_every=0)
+    store = SqliteStore(path, max_bytes=1 << 30, touch_every=0)
     store.put([(answer_key("m", "q", [i]), [0.5] * 8) for i in range(30_000)])
     compact = tmp_path / "compact.sqlite"
     with sqlite3.connect(path) as src, sqlite3.connect(compact) as dst:
         src.backup(dst)
     bound = int(compact.stat().st_size * 1.5)
     assert store.size() > bound  # the log makes it look too large
-    bounded = AnswerStore(path, max_bytes=bound, touch_every=0)
+    bounded = SqliteStore(path, max_bytes=bound, touch_every=0)
     bounded.put([(answer_key("m", "q", [10**6]), [0.5] * 8)])
     assert bounded.stats()["answers"] == 30_001 and bounded.size() <= bound

@@ -1,90 +1,66 @@
-"""The answer store: the model's answers, kept on disk by content, so that a document asked the same
-question by the same model again (tomorrow's run of a DAG, a re-run after a crash, another
-process) is not computed again.
-
-A key is a digest of the model's identity (its weights' digest, dtype, device kind and attention), the
-question's identity (the kind and the prompt's tokens after the document) and the document's
-tokens. A value is the model's raw probabilities (before calibration and before any threshold),
-so a changed threshold, top-k or calibration still finds them. No text is stored: only digests
-and numbers.
+"""The answer store in an embedded SQLite file: the model's answers, kept on disk by content, so that
+a document asked the same question by the same model again (tomorrow's run of a DAG, a re-run after a
+crash, another process) is not computed again. A value is the model's raw probabilities (before
+calibration and before any threshold), so a changed threshold, top-k or calibration still finds them.
+No text is stored: only digests and numbers.
 
 SQLite in WAL mode: one writer and many readers across processes, crash-safe, embedded. Why, and
 the figures: bench/README.md, "The answer store". A pool of workers shares one on PostgreSQL
-instead (quail/answer_store_postgres.py), with the same keys, values and semantics. It is bounded
-(`max_bytes`) and forgets the least recently used answers first. A store that is corrupt,
-truncated or not a database is set aside and started anew; one that cannot be written (a read-only
-folder, a full disk) is used as far as it can be, with a warning, and the run goes on.
+instead (postgres.py), with the same keys, values and semantics. It is bounded (`max_bytes`) and
+forgets the least recently used answers first. A store that is corrupt, truncated or not a database
+is set aside and started anew; one that cannot be written (a read-only folder, a full disk) is used
+as far as it can be, with a warning, and the run goes on.
 
 What it holds becomes output, so it is trusted only when it could have been written by its user
 alone: a store (or its folder, or its log) that another user owns or may write is not used, with a
-warning. Every value is signed by the process that stored it (quail/answer_signing.py); one whose
-signature fails, or that is not an answer (its length, finite, within [0, 1]), is a miss, computed
-again and stored over, counted in `stats()` and logged.
+warning. Every value is signed by the process that stored it (signing.py); one whose signature
+fails, or that is not an answer (its length, finite, within [0, 1]), is a miss, computed again and
+stored over, counted in `stats()` and logged.
 """
 
-import functools
-import hashlib
 import logging
 import os
 import sqlite3
 import threading
 import time
-from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from quail.answer_signing import Signer, signer
 from quail.errors import QuailError
 from quail.paths import home
+from quail.store.base import bound_bytes
+from quail.store.recent import Recent, Row
+from quail.store.signing import Signer, signer
+from quail.store.values import Rejected, sealed
 from quail.trust import owned_file, private_folder
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BYTES = 1 << 30
 SCHEMA = ("CREATE TABLE IF NOT EXISTS answers (key BLOB PRIMARY KEY, value BLOB NOT NULL, used INTEGER NOT NULL) "
           "WITHOUT ROWID", "CREATE INDEX IF NOT EXISTS answers_used ON answers (used)")
 BATCH = 500  # keys per SELECT ... IN (...)
-RECENT = 1 << 16  # answers found lately, kept in memory: a window's prediction and its run look up the same keys
 
 
 def default_path() -> Path:
     """$QUAIL_ANSWER_STORE where it is a path, else answers.sqlite in Quail's home: shared by the CLI
-    and the local workers (quail/answer_stores.py opens a database URL)."""
+    and the local workers (open.py opens a database URL)."""
     given = os.environ.get("QUAIL_ANSWER_STORE", "")
     return Path(given) if given and "://" not in given else home() / "answers.sqlite"
 
 
-def answer_key(model: str, question: str, document: list[int]) -> bytes:
-    """model: LoadedModel.identity; question: the kind and the prompt after the document; the
-    document's token ids (a join's pair: -1 between its two rows)."""
-    h = _asked(model, question).copy()
-    h.update(array("i", document).tobytes())
-    return h.digest()
-
-
-@functools.lru_cache(maxsize=64)
-def _asked(model: str, question: str):
-    """The key's hash with its model and question in, copied for each document: a window asks one
-    question of thousands."""
-    return hashlib.sha256(f"{model}\x1f{question}\x1f".encode())
-
-
-class AnswerStore:
+class SqliteStore:
     def __init__(self, path: Path | None = None, max_bytes: int | None = None, touch_every: float = 3600.0,
                  signed_by: Signer | None = None):
         """max_bytes: by default $QUAIL_ANSWER_STORE_MAX_BYTES, else 1 GiB. touch_every: seconds; an
         answer's last use is recorded no more often, so that looking up seldom means writing.
-        signed_by: by default answer_signing.signer()."""
+        signed_by: by default signing.signer()."""
         self.path = Path(path) if path is not None else default_path()
         self.max_bytes = max_bytes or bound_bytes()
-        self.touch_ns = int(touch_every * 1e9)
         self.writable = True
         self.signed_by = signed_by
         self.rejected = Rejected()
+        self.recent = Recent(touch_every)
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
-        # key -> (answer, last use): answers never change under their key, so these are never stale;
-        # a key not found is not kept, since another process may store it at any time
-        self._recent: dict[bytes, tuple[list, int]] = {}
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection | None:
@@ -166,44 +142,35 @@ class AnswerStore:
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
     def get(self, keys: list[bytes], width: int, touch: bool = True) -> dict[bytes, list]:
-        """The stored answers among `keys`, each `width` probabilities (1 for a yes/no, a classify's
-        labels) or a written output (WRITTEN). `touch`: they count as used now (for the LRU bound)."""
         if self._db is None or not keys:
             return {}
-        found: dict[bytes, list] = {}
-        seen = Rejected()
-        now = time.time_ns()
         with self._lock:
-            recent = self._recent
-            if len(recent) > RECENT:
-                recent.clear()
-            try:
-                todo = [k for k in keys if k not in recent]
-                for lo in range(0, len(todo), BATCH):
-                    part = todo[lo : lo + BATCH]
-                    rows = self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
-                                            f"({','.join('?' * len(part))})", part).fetchall()
-                    for k, v, used in rows:
-                        if (answer := seen.checked(self.signed_by, bytes(k), v, width)) is not None:
-                            # a last use that is no time is as good as none: it is written anew
-                            recent[bytes(k)] = (answer, used if type(used) is int else 0)
-                stale = []
-                for k in keys:
-                    if (hit := recent.get(k)) is not None and fits(hit[0], width):
-                        found[k] = hit[0]
-                        if hit[1] < now - self.touch_ns:
-                            stale.append(k)
-                if touch and stale and self.writable:
-                    self._db.execute("BEGIN IMMEDIATE")
-                    self._db.executemany("UPDATE answers SET used = ? WHERE key = ?", [(now, k) for k in stale])
-                    self._db.execute("COMMIT")
-                    recent.update((k, (found[k], now)) for k in stale)
-            except sqlite3.Error as e:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                self._failed("read", e)
+            found, seen = self.recent.get(keys, width, self.signed_by, self._read, self._touch if touch else None)
         self.rejected.add(seen, self.path, width)
         return found
+
+    def _read(self, keys: list[bytes]) -> Iterator[Row]:
+        assert self._db is not None  # get asks an open store only
+        try:
+            for lo in range(0, len(keys), BATCH):
+                part = keys[lo : lo + BATCH]
+                yield from self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
+                                            f"({','.join('?' * len(part))})", part).fetchall()
+        except sqlite3.Error as e:
+            self._failed("read", e)
+
+    def _touch(self, keys: list[bytes], now: int) -> bool:
+        if self._db is None or not self.writable:
+            return False
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("UPDATE answers SET used = ? WHERE key = ?", [(now, k) for k in keys])
+            self._db.execute("COMMIT")
+            return True
+        except sqlite3.Error as e:
+            self._rolled_back()
+            self._failed("read", e)
+            return False
 
     def put(self, items: Iterable[tuple[bytes, list]]) -> None:
         items = list(items)
@@ -216,16 +183,15 @@ class AnswerStore:
                 self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
                                      [(k, self._sealed(k, v), now) for k, v in items])
                 self._db.execute("COMMIT")
-                self._recent.update((k, (list(v), now)) for k, v in items)
+                self.recent.put(items, now)
                 self._bound()
             except sqlite3.Error as e:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                self._rolled_back()
                 self._failed("write", e)
 
     def _sealed(self, key: bytes, answer: list) -> bytes:
         assert self.signed_by is not None  # an open store has its signer
-        return self.signed_by.seal(key, array("d", answer).tobytes())
+        return sealed(self.signed_by, key, answer)
 
     def _bound(self) -> None:
         """Forgets the least recently used answers while the store is larger than max_bytes."""
@@ -240,10 +206,14 @@ class AnswerStore:
                 return
             over = max(1, int(count * (size - self.max_bytes) / size) + count // 10)
             db.execute("DELETE FROM answers WHERE key IN (SELECT key FROM answers ORDER BY used LIMIT ?)",
-                             (over,))
-            self._recent.clear()  # what it holds is the store's
+                       (over,))
+            self.recent.clear()
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # VACUUM goes through the log: empty it after
+
+    def _rolled_back(self) -> None:
+        if self._db is not None and self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
     def _failed(self, what: str, error: sqlite3.Error) -> None:
         log.warning("the answer store %s failed to %s (%s): the run goes on without it", self.path, what, error)
@@ -266,7 +236,7 @@ class AnswerStore:
             return 0
         with self._lock:
             n = self._db.execute("DELETE FROM answers").rowcount
-            self._recent.clear()
+            self.recent.clear()
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return n
@@ -275,75 +245,6 @@ class AnswerStore:
         if self._db is not None:
             self._db.close()
             self._db = None
-
-
-WRITTEN = 0  # the width of a written output (an extract's, a map's): truncated or not (1 or 0), then its tokens
-
-
-class Rejected:
-    """Stored values not used since the store was opened: `unsigned` (their signature is not this
-    process's secret: planted, or stored by a worker with another secret), `damaged` (signed, yet
-    not an answer: never by a worker of this Quail)."""
-
-    def __init__(self) -> None:
-        self.unsigned = 0
-        self.damaged = 0
-
-    def checked(self, signed_by: Signer | None, key: bytes, stored: object, width: int) -> list[float] | None:
-        """The answer a stored value holds, or None, counted, where it holds none."""
-        value = signed_by.open(key, stored) if signed_by is not None and isinstance(stored, bytes) else None
-        if value is None:
-            self.unsigned += 1
-            return None
-        if (answer := as_answer(value, width)) is None:
-            self.damaged += 1
-        return answer
-
-    def add(self, seen: "Rejected", where: str | Path, width: int) -> None:
-        """Counts a lookup's rejections in the store's, and logs them."""
-        self.unsigned += seen.unsigned
-        self.damaged += seen.damaged
-        if seen.unsigned:
-            log.warning("the answer store %s holds %d value(s) not signed with this process's key (planted, or "
-                        "stored by a worker with another QUAIL_ANSWER_STORE_KEY): computed again", where,
-                        seen.unsigned)
-        if seen.damaged:
-            log.warning("the answer store %s holds %d value(s) that are not answers (of %s): computed again",
-                        where, seen.damaged, answer_words(width))
-
-    def stats(self, signed_by: Signer | None) -> dict:
-        return {"key": signed_by.fingerprint if signed_by else None, "rejected_unsigned": self.unsigned,
-                "rejected_damaged": self.damaged}
-
-
-def as_answer(value: object, width: int) -> list[float] | None:
-    """A stored value as `width` probabilities, or as a written output (`WRITTEN`), or None if it
-    is not one (damaged or planted)."""
-    if not isinstance(value, bytes) or not value or len(value) % 8 or (width and len(value) != 8 * width):
-        return None
-    answer = array("d", value).tolist()
-    if width == WRITTEN:
-        ok = answer[0] in (0.0, 1.0) and all(t.is_integer() and 0 <= t < 1 << 31 for t in answer[1:])
-        return answer if ok else None
-    return answer if all(0.0 <= p <= 1.0 for p in answer) else None  # NaN is neither
-
-
-def fits(answer: list[float], width: int) -> bool:
-    """Whether a stored answer is of this width (any written output is of WRITTEN's)."""
-    return len(answer) == width or (width == WRITTEN and len(answer) >= 1)
-
-
-def answer_words(width: int) -> str:
-    return "written outputs" if width == WRITTEN else f"{width} probabilities in [0, 1]"
-
-
-def bound_bytes() -> int:
-    value = os.environ.get("QUAIL_ANSWER_STORE_MAX_BYTES", "")
-    if not value:
-        return DEFAULT_MAX_BYTES
-    if not value.isdigit() or int(value) < 1 << 20:
-        raise QuailError(f"QUAIL_ANSWER_STORE_MAX_BYTES={value!r}: give a number of bytes, at least 1048576")
-    return int(value)
 
 
 def _writable(path: Path) -> bool:

@@ -5,11 +5,10 @@ or a SQLAlchemy URL (`postgresql+psycopg://quail@db:5432/quail`)."""
 import os
 from pathlib import Path
 
-from quail.answer_store import AnswerStore, default_path
-from quail.answer_store_postgres import PostgresAnswerStore, postgres_url
+from quail.store.base import Store
+from quail.store.postgres import PostgresStore, postgres_url
+from quail.store.sqlite import SqliteStore, default_path
 from quail.trust import secret_file
-
-Store = AnswerStore | PostgresAnswerStore
 
 
 def store_location(given: str | None = None, given_file: str | None = None) -> str:
@@ -27,4 +26,4 @@ def open_store(given: str | None = None, given_file: str | None = None, pool_siz
     """pool_size: a database's connections, as many as the front end's job threads."""
     location = store_location(given, given_file)
     url = postgres_url(location)
-    return AnswerStore(Path(location)) if url is None else PostgresAnswerStore(url, pool_size=pool_size)
+    return SqliteStore(Path(location)) if url is None else PostgresStore(url, pool_size=pool_size)

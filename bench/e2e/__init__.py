@@ -1,0 +1,1 @@
+"""End to end: whole workloads through Quail against what a user would otherwise run."""

@@ -1,0 +1,1 @@
+"""The prepared GPU check (check.sh), run on a lent CUDA machine."""

@@ -1,0 +1,1 @@
+"""Micro-benchmarks: one layer, kernel, library or store at a time."""

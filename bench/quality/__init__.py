@@ -1,0 +1,1 @@
+"""Answer quality of the embedded models on labelled data."""

@@ -1,0 +1,1 @@
+"""Scale: per-row cost, memory and reuse as tables and pools grow."""

@@ -141,6 +141,43 @@ def test_a_database_that_goes_away_costs_nothing_and_storing_resumes(cluster, ur
     assert "s3cret-pw" not in shown and "postgres@" not in shown
 
 
+def test_a_database_that_hangs_costs_a_bounded_wait_and_the_run_goes_on(cluster, url, caplog, monkeypatch):
+    """#48 6: a backend stopped with SIGSTOP after the first window held the run for 121 s, until
+    SIGCONT: its kernel still acknowledges, so no socket times out and statement_timeout is the
+    stopped process's own. Each call is bounded on the client's side."""
+    import os
+    import signal
+    import time
+
+    monkeypatch.setattr("quail.store.postgres.CALL_SECONDS", 2.0)
+    monkeypatch.setattr("quail.store.postgres.RETRY", 0.0)
+    store = open_store(url)
+    first, later = _items(20, "a"), _items(20, "b")
+    store.put(first)
+    with create_engine(url).connect() as db:  # the store's own connections: every backend but this one
+        backends = db.execute(text("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                                   "AND pid <> pg_backend_pid()")).scalars().all()
+    assert backends
+    for pid in backends:
+        os.kill(pid, signal.SIGSTOP)
+    found: list = []
+    run = threading.Thread(target=lambda: (found.append(store.get([k for k, _ in later], 1)), store.put(later)))
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING):
+            run.start()
+            run.join(3 * 2.0 + 2)  # each call waits 2 s at most, not until SIGCONT
+            assert not run.is_alive(), "the store waited on a database that hangs"
+        assert found == [{}] and time.monotonic() - started < 3 * 2.0 + 2  # a miss: computed, not waited for
+        assert "unreachable" in caplog.text
+    finally:
+        for pid in backends:
+            os.kill(pid, signal.SIGCONT)
+        run.join()
+    assert store.get([k for k, _ in first], 1) == dict(first)
+    store.close()
+
+
 def test_a_url_in_a_file_is_read_only_from_a_private_file(tmp_path, url, monkeypatch):
     secret = tmp_path / "store-url"
     secret.write_text(url + "\n")
@@ -262,3 +299,37 @@ def test_a_store_of_a_newer_schema_is_not_used_and_the_run_goes_on(url, caplog):
     assert e.value.code == 2
     with create_engine(url).connect() as db:
         assert db.execute(text("SELECT count(*) FROM quail_answers")).scalar() == 3
+
+
+@pytest.mark.parametrize("location, says", [
+    ("postgresql+psycopg://quail:Qu4il@P4ss@db.example/quail", "write an '@' in the password as %40"),
+    ("postgresql:/quail:P4ss@db.example/quail", "not a database URL"),
+    ("postgres:quail:P4ss@db.example", "not a database URL"),
+    ("P4ss", "give a path with a folder"),
+])
+def test_what_is_not_a_store_is_refused_and_no_password_is_shown(tmp_path, monkeypatch, location, says):
+    """#48 8: an unencoded @ showed the password's tail as the host; a URL one slash short, or any
+    word, became a SQLite path, making folders named after the password."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(QuailError, match=says) as e:
+        open_store(location)
+    assert "P4ss" not in str(e.value) and list(tmp_path.iterdir()) == []
+
+
+def test_the_store_is_named_where_libpq_connects():
+    from quail.store.postgres import describe, postgres_url
+
+    url = postgres_url("postgresql+psycopg://quail@/quail?host=/run/pg&port=5433")
+    assert describe(url) == "postgresql:///run/pg:5433/quail"
+    assert describe(postgres_url("postgresql+psycopg://quail:pw@db:6000/q")) == "postgresql://db:6000/q"
+
+
+def test_a_table_of_another_shape_is_not_quails_nor_unreachable(url, caplog):
+    with create_engine(url).begin() as db:
+        db.execute(text("CREATE TABLE quail_answers (key text PRIMARY KEY, note text)"))
+    store = open_store(url)
+    with caplog.at_level(logging.WARNING):
+        assert store.get([k for k, _ in _items(3)], 1) == {}
+        store.put(_items(3))
+    assert "answers, but not as Quail's store" in caplog.text and "unreachable" not in caplog.text
+    assert not store.writable

@@ -260,7 +260,7 @@ def test_the_bound_is_a_setting_checked_before_use(tmp_path, monkeypatch):
 
     monkeypatch.setenv("QUAIL_ANSWER_STORE_MAX_BYTES", str(8 << 20))
     assert SqliteStore(tmp_path / "a.sqlite").max_bytes == 8 << 20
-    for bad in ("lots", "1000"):
+    for bad in ("lots", "1000", "²²²"):  # #48 17: a digit to str.isdigit, and a traceback
         monkeypatch.setenv("QUAIL_ANSWER_STORE_MAX_BYTES", bad)
         with pytest.raises(QuailError, match="QUAIL_ANSWER_STORE_MAX_BYTES"):
             SqliteStore(tmp_path / "b.sqlite")

@@ -46,6 +46,6 @@ def bound_bytes() -> int:
     value = os.environ.get("QUAIL_ANSWER_STORE_MAX_BYTES", "")
     if not value:
         return DEFAULT_MAX_BYTES
-    if not value.isdigit() or int(value) < 1 << 20:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1 << 20:  # "²²²" is a digit to isdigit
         raise QuailError(f"QUAIL_ANSWER_STORE_MAX_BYTES={value!r}: give a number of bytes, at least 1048576")
     return int(value)

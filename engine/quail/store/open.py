@@ -5,6 +5,7 @@ or a SQLAlchemy URL (`postgresql+psycopg://quail@db:5432/quail`)."""
 import os
 from pathlib import Path
 
+from quail.errors import QuailError
 from quail.store.base import Store
 from quail.store.postgres import PostgresStore, postgres_url
 from quail.store.sqlite import SqliteStore, default_path
@@ -26,4 +27,8 @@ def open_store(given: str | None = None, given_file: str | None = None, pool_siz
     """pool_size: a database's connections, as many as the front end's job threads."""
     location = store_location(given, given_file)
     url = postgres_url(location)
-    return SqliteStore(Path(location)) if url is None else PostgresStore(url, pool_size=pool_size)
+    if url is None and "/" not in location and not location.endswith((".sqlite", ".db")):
+        # a bare word (`--answer-store garbage`) is a mistake more often than a file meant in this folder
+        raise QuailError("answer store: give a path with a folder (./answers.sqlite) or ending in .sqlite, or a "
+                         "postgresql+psycopg:// URL")
+    return SqliteStore(Path(location).absolute()) if url is None else PostgresStore(url, pool_size=pool_size)

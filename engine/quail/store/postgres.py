@@ -15,13 +15,17 @@ password is never logged: give it by libpq's own means (PGPASSWORD, or a PGPASSF
 refuses unless it is private), or in the URL."""
 
 import logging
+import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as Late
+from typing import TypeVar
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, ProgrammingError, SQLAlchemyError
 
 from quail.errors import QuailError
 from quail.store.base import bound_bytes
@@ -30,6 +34,7 @@ from quail.store.signing import Signer, signer
 from quail.store.values import Rejected, sealed
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 VERSION = 2  # 2: values signed (signing.py); version 1's are emptied, since none would verify
 SCHEMA = (
@@ -41,25 +46,43 @@ BATCH = 20000  # keys per statement: a window's at once (bench/micro/answer_stor
 BYTES_PER_ANSWER = 170  # a yes/no answer's row, index entries and tuple headers (bench/micro/answer_store.py: 166)
 LOCK = 0x5175_6169_6C00  # the advisory lock of eviction ("Quail")
 RETRY = 30.0  # seconds between tries of a database that did not answer
+CALL_SECONDS = 15.0  # the most one call may wait: a stopped server's kernel still acknowledges, so no socket times out
 BOUND_EVERY = 60.0  # seconds between a worker's counts of the answers (a count reads the whole index)
 
 
+SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # what begins a URL, and no path a user means
+
+
 def postgres_url(location: str) -> URL | None:
-    """The SQLAlchemy URL of a PostgreSQL store, or None where `location` is a path."""
+    """The SQLAlchemy URL of a PostgreSQL store, or None where `location` is a path. What looks like
+    a URL and is not one is refused, never taken for a path; no message shows what could be a
+    password."""
+    scheme = SCHEME.match(location)
     if "://" not in location:
+        if scheme:  # postgresql:/user:PW@host/db, one slash short, would make folders named after the password
+            raise QuailError(f"answer store {scheme.group()}...: not a database URL ({scheme.group()}// and the "
+                             f"host); a path that begins with a word and a colon, write as ./that")
         return None
+    head = location.split("://", 1)[0]
+    authority = location.split("://", 1)[1].split("/", 1)[0]
+    if authority.count("@") > 1:  # a password's own @ would be read as the host's start
+        raise QuailError(f"answer store {head}://...: more than one '@' before the host; write an '@' in the "
+                         f"password as %40")
     try:
         url = make_url(location)
     except (ArgumentError, ValueError):
-        raise QuailError(f"answer store {location.split('://')[0]}://...: not a database URL") from None
+        raise QuailError(f"answer store {head}://...: not a database URL") from None
     if url.get_backend_name() != "postgresql":
         raise QuailError(f"answer store {url.drivername}://...: give a path, or a postgresql+psycopg:// URL")
     return url.set(drivername="postgresql+psycopg")
 
 
 def describe(url: URL) -> str:
-    """The store as logs and `quail worker status` name it: backend, host and database, no user or password."""
-    return f"postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+    """The store as logs and `quail worker status` name it: backend, host and database, no user or
+    password; the host and port libpq connects to, those of the query (`?host=`) where it gives them."""
+    host = url.query.get("host") or url.host or "localhost"
+    port = url.query.get("port") or url.port or 5432
+    return f"postgresql://{host if isinstance(host, str) else ','.join(host)}:{port}/{url.database or ''}"
 
 
 class PostgresStore:
@@ -78,10 +101,29 @@ class PostgresStore:
         self._down_until: float | None = None  # while it does not answer: when it is tried again
         self._ready = False
         self._bounded = 0.0  # when this worker last counted the answers
-        # a database that hangs costs a lookup 30 s at most, never a task
         self._engine: Engine = create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
-                                             pool_timeout=30, connect_args={"connect_timeout": 5,
-                                                                            "options": "-c statement_timeout=30000"})
+                                             pool_timeout=CALL_SECONDS, connect_args={
+                                                 "connect_timeout": 5, "options": "-c statement_timeout=30000"})
+        # every call runs here and is waited for CALL_SECONDS at most: a database that hangs costs a
+        # lookup that long, never a task (a call left waiting ends when the database answers again)
+        self._calls = ThreadPoolExecutor(pool_size, thread_name_prefix="quail-store")
+
+    def _call(self, what: str, call: Callable[[], T], otherwise: T) -> T:
+        """call(), or `otherwise` where the database fails or does not answer in CALL_SECONDS (it is
+        then left alone for RETRY seconds)."""
+        try:
+            return self._calls.submit(call).result(timeout=CALL_SECONDS)
+        except Late:
+            self._failed(what, TimeoutError(f"no answer in {CALL_SECONDS:.0f} s"))
+        except ProgrammingError as e:  # it answers, and refuses what Quail asks: not an outage
+            log.warning("the answer store %s answers, but not as Quail's store (%s: %s): it is not used, and "
+                        "answers are not stored", self.path, what, str(e.orig).splitlines()[0] if e.orig else e)
+            self.writable = False
+            with self._lock:
+                self._down_until = float("inf")
+        except (SQLAlchemyError, OSError) as e:
+            self._failed(what, e)
+        return otherwise
 
     def _usable(self) -> bool:
         with self._lock:
@@ -130,39 +172,43 @@ class PostgresStore:
         return found
 
     def _read(self, keys: list[bytes]) -> Iterator[Row]:
-        try:
+        def read() -> list[Row]:
             if not self._usable():
-                return
+                return []
+            found: list[Row] = []
             with self._engine.connect() as db:
                 for lo in range(0, len(keys), BATCH):
                     rows = db.execute(text("SELECT key, value, used FROM quail_answers WHERE key = ANY(:keys)"),
                                       {"keys": keys[lo: lo + BATCH]}).all()
-                    yield from ((k, bytes(v), used) for k, v, used in rows)
+                    found += ((k, bytes(v), used) for k, v, used in rows)
             self._answered()
-        except (SQLAlchemyError, OSError) as e:
-            self._failed("read", e)
+            return found
+
+        nothing: list[Row] = []
+        return iter(self._call("read", read, nothing))
 
     def _touch(self, keys: list[bytes], now: int) -> bool:
         if not self.writable:
             return False
-        try:
+
+        def touch() -> bool:
             with self._engine.begin() as db:
                 for lo in range(0, len(keys), BATCH):
                     db.execute(text("UPDATE quail_answers SET used = :now WHERE key = ANY(:keys)"),
                                {"now": now, "keys": keys[lo: lo + BATCH]})
             return True
-        except (SQLAlchemyError, OSError) as e:
-            self._failed("record use", e)
-            return False
+
+        return self._call("record use", touch, False)
 
     def put(self, items: Iterable[tuple[bytes, list]]) -> None:
         rows = sorted({k: v for k, v in items}.items())  # key order: overlapping writers never deadlock
         if not rows or not self.writable:
             return
         now = time.time_ns()
-        try:
+
+        def write() -> bool:
             if not self._usable():
-                return
+                return False
             with self._engine.begin() as db:
                 for lo in range(0, len(rows), BATCH):
                     part = rows[lo: lo + BATCH]
@@ -173,11 +219,11 @@ class PostgresStore:
                                {"keys": [k for k, _ in part], "values": [sealed(self.signed_by, k, v) for k, v in part],
                                 "used": [now] * len(part)})
             self._answered()
-        except (SQLAlchemyError, OSError) as e:
-            self._failed("write", e)
-            return
-        self.recent.put(rows, now)
-        self._bound()
+            return True
+
+        if self._call("write", write, False):
+            self.recent.put(rows, now)
+            self._bound()
 
     def _bound(self) -> None:
         """Forgets the least recently used answers while the store holds more than max_bytes' worth;
@@ -187,53 +233,54 @@ class PostgresStore:
             if time.monotonic() < self._bounded + BOUND_EVERY:
                 return
             self._bounded = time.monotonic()
-        try:
+        def bound() -> bool:
             with self._engine.begin() as db:
                 if not db.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": LOCK}).scalar():
-                    return
+                    return False
                 count = db.execute(text("SELECT count(*) FROM quail_answers")).scalar() or 0
                 if count <= most:
-                    return
+                    return False
                 over = count - most + most // 10
                 db.execute(text("DELETE FROM quail_answers WHERE key IN "
                                 "(SELECT key FROM quail_answers ORDER BY used LIMIT :n)"), {"n": over})
+            return True
+
+        if self._call("bound", bound, False):
             self.recent.clear()
-        except (SQLAlchemyError, OSError) as e:
-            self._failed("bound", e)
 
     def size(self) -> int:
         """Bytes the table and its index take on disk."""
-        try:
+        def size() -> int:
             with self._engine.connect() as db:
                 return int(db.execute(text("SELECT pg_total_relation_size('quail_answers')")).scalar() or 0)
-        except (SQLAlchemyError, OSError):
-            return 0
+
+        return self._call("size", size, 0)
 
     def stats(self) -> dict:
-        count, reachable = 0, False
-        try:
-            if self._usable():
-                with self._engine.connect() as db:
-                    count = db.execute(text("SELECT count(*) FROM quail_answers")).scalar() or 0
-                reachable = True
-        except (SQLAlchemyError, OSError) as e:
-            self._failed("count", e)
-        return {"path": self.path, "answers": count, "bytes": self.size() if reachable else 0,
-                "max_bytes": self.max_bytes, "writable": reachable and self.writable,
+        def count() -> int | None:
+            if not self._usable():
+                return None
+            with self._engine.connect() as db:
+                return db.execute(text("SELECT count(*) FROM quail_answers")).scalar() or 0
+
+        answers = self._call("count", count, None)
+        return {"path": self.path, "answers": answers or 0, "bytes": self.size() if answers is not None else 0,
+                "max_bytes": self.max_bytes, "writable": answers is not None and self.writable,
                 **self.rejected.stats(self.signed_by)}
 
     def clear(self) -> int:
-        try:
+        def clear() -> int:
             if not self._usable():
                 return 0
             with self._engine.begin() as db:
                 n = db.execute(text("SELECT count(*) FROM quail_answers")).scalar() or 0
                 db.execute(text("TRUNCATE quail_answers"))  # gives the space back at once, as DELETE does not
-        except (SQLAlchemyError, OSError) as e:
-            self._failed("clear", e)
-            return 0
+            return n
+
+        n = self._call("clear", clear, 0)
         self.recent.clear()
         return n
 
     def close(self) -> None:
+        self._calls.shutdown(wait=False, cancel_futures=True)  # a call left waiting on a hung database ends with it
         self._engine.dispose()

@@ -251,7 +251,12 @@ def local_file(location: str) -> Path | None:
     `file:/x`, `local://x`); None for any other URI."""
     scheme, colon, _ = location.partition(":")
     if colon and scheme.lower() in LOCAL_SCHEMES:
-        return Path(unquote(urlsplit(location).path))
+        parts = urlsplit(location)
+        if parts.netloc not in ("", "localhost"):  # file://io/x.parquet would be /x.parquet on a host "io"
+            raise QuailError(f"{location!r} names the host {parts.netloc!r}, and a {scheme}: URI names files on "
+                             f"this machine: write {scheme}:///ABSOLUTE/PATH, or a plain path "
+                             f"({parts.netloc}{parts.path}) for one relative to the working folder")
+        return Path(unquote(parts.path))
     return None if "://" in location else Path(location)
 
 

@@ -4,14 +4,14 @@ the workers' status and the Quail tasks' XCom manifests, read through Airflow's 
 second database."""
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import requires_access_view
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
 from airflow_quail.plugins import views
 
@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 app = FastAPI(title="Quail", dependencies=[Depends(requires_access_view(AccessView.PLUGINS))])
 
 
+# a count the page can chart: a task's tokens are far below it, and a number past it (10^400) broke the page
+Count = Annotated[int, Field(strict=True, ge=0, le=10**15)]
+
+
 class _Counts(BaseModel):
-    tokens_computed: StrictInt
-    tokens_naive: StrictInt
-    tokens_reused: dict[str, StrictInt]
-    tokens_generated: StrictInt = 0
+    tokens_computed: Count
+    tokens_naive: Count
+    tokens_reused: dict[str, Count]
+    tokens_generated: Count = 0
 
 
 class _Retain(BaseModel):
@@ -47,14 +51,14 @@ class _Manifest(BaseModel):
     not one."""
 
     target: StrictStr
-    rows_in: StrictInt
-    rows_out: StrictInt
+    rows_in: Count
+    rows_out: Count
     stats: _Counts
     predicted: _Counts | None = None
     plan: _Plan | None = None
     worker: StrictStr | None = None
-    windows: StrictInt = 1
-    workers: dict[str, StrictInt] | None = None
+    windows: Count = 1
+    workers: dict[str, Count] | None = None
 
 
 def is_manifest(value: object) -> bool:
@@ -117,7 +121,7 @@ async def api_workers() -> list[dict]:
     return await asyncio.to_thread(_workers)
 
 
-@app.get("/api/runs/{dag_id}/{run_id}")
+@app.get("/api/runs/{dag_id}/{run_id:path}")
 def api_run(dag_id: str, run_id: str, session: SessionDep) -> dict:
     return {"dag_id": dag_id, "run_id": run_id, "tasks": run_tasks(session, dag_id, run_id)}
 
@@ -130,6 +134,6 @@ async def index(session: SessionDep) -> str:
     return views.page("Quail", body)
 
 
-@app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+@app.get("/runs/{dag_id}/{run_id:path}", response_class=HTMLResponse)
 def run_page(dag_id: str, run_id: str, session: SessionDep) -> str:
     return views.run_html(dag_id, run_id, run_tasks(session, dag_id, run_id))

@@ -3,6 +3,7 @@ token accounting, charted as server-rendered SVG (no script, no CDN: the UI may 
 Pure functions of plain data, so they are tested without a server."""
 
 from html import escape
+from urllib.parse import quote
 
 from quail.constants import MECHANISMS
 from quail.worker.jobs import JobState
@@ -59,11 +60,16 @@ def workers_html(workers: list[dict]) -> str:
 def runs_html(runs: list[dict]) -> str:
     if not runs:
         return "<p class='muted'>No DAG run has Quail tasks yet.</p>"
-    rows = "".join(f"<tr><td class='l'><a href='runs/{escape(r['dag_id'])}/{escape(r['run_id'])}'>"
+    rows = "".join(f"<tr><td class='l'><a href='runs/{_part(r['dag_id'])}/{_part(r['run_id'])}'>"
                    f"{escape(r['dag_id'])}</a></td><td class='l'>{escape(r['run_id'])}</td><td>{r['tasks']}</td>"
                    f"<td>{r['tokens_computed']:,}</td><td>{r['tokens_naive']:,}</td></tr>" for r in runs)
     return ("<table><tr><th class='l'>DAG</th><th class='l'>run</th><th>Quail tasks</th><th>tokens computed</th>"
             "<th>without reuse</th></tr>" + rows + "</table>")
+
+
+def _part(name: str) -> str:
+    """A run's or a DAG's id as one segment of a link: a run id may hold '/', '?', '#' or quotes."""
+    return escape(quote(name, safe=""))
 
 
 def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:

@@ -299,6 +299,18 @@ def test_a_local_target_that_is_its_source_however_spelt_is_refused(tmp_path, mo
     assert pq.read_table(source) == TABLE and not list(tmp_path.glob("file:*"))
 
 
+@pytest.mark.parametrize("target", ["file://io/in.parquet", "local://somehost/x.parquet", "FILE://io/in.parquet"])
+def test_a_file_uri_naming_another_host_is_refused(tmp_path, monkeypatch, target):
+    """#48 13: `file://io/in.parquet` (a folder meant) wrote /in.parquet at the filesystem's root."""
+    from airflow_quail.io import check_target, local_file
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(QuailError, match="names the host .*a plain path"):
+        check_target(target)
+    assert not list(tmp_path.iterdir())
+    assert str(local_file("file://localhost/tmp/x.parquet")) == "/tmp/x.parquet"
+
+
 def test_a_file_uri_with_one_slash_is_written_where_it_says(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()

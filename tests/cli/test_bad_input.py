@@ -340,7 +340,8 @@ def test_a_host_that_is_no_host_is_refused(capsys, flags, says):
     refused(capsys, "worker", "serve", *MODEL, *flags, says=says)
 
 
-@pytest.mark.parametrize("location", ["http://x", "grpc://x:99999", "grpc://:8815", "grpc+unix://"])
+@pytest.mark.parametrize("location", ["http://x", "grpc://x:99999", "grpc://:8815", "grpc+unix://",
+                                      "grpc://[::1"])  # #48 17: "Invalid IPv6 URL" was a traceback
 def test_a_worker_location_flight_cannot_dial_is_refused_naming_the_forms(capsys, location):
     refused(capsys, "worker", "status", "--all", "--worker", location,
             says=f"worker location {location!r}: give grpc://HOST:PORT, grpc+tls://HOST:PORT or grpc+unix://PATH")

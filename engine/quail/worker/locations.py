@@ -26,11 +26,11 @@ def tcp_location(scheme: str, host: str, port: int) -> str:
 
 def check_location(location: str) -> str:
     """A worker location Flight can dial, or an error that says what one looks like."""
-    parts = urlsplit(location)
     try:
+        parts = urlsplit(location)
         ok = bool(parts.path) if parts.scheme == "grpc+unix" else \
             parts.scheme in ("grpc", "grpc+tcp", "grpc+tls") and bool(parts.hostname) and parts.port is not None
-    except ValueError:  # a port that is not a number, or out of range
+    except ValueError:  # a port that is not a number or out of range, an unclosed [IPv6 address
         ok = False
     if not ok:
         raise QuailError(f"worker location {location!r}: give grpc://HOST:PORT, grpc+tls://HOST:PORT or "

@@ -78,6 +78,8 @@ def test_the_workers_table_counts_the_arena_pages():
     {"stats": "lots"}, {"stats": {"tokens_computed": "1", "tokens_naive": 2, "tokens_reused": {}}},
     {"rows_in": None}, {"plan": {"operator": {"retain": 5}}}, {"workers": {"grpc://w:1": "two"}},
     {"predicted": [1, 2]},
+    # #48 14: a count no page can chart (the page failed with 500 on it)
+    {"stats": {"tokens_computed": 10 ** 400, "tokens_naive": 2, "tokens_reused": {}}}, {"rows_in": -1},
 ])
 def test_a_look_alike_manifest_is_not_shown(change):
     """Another task's return value with a manifest's keys but not its shape is left out, where it
@@ -86,3 +88,13 @@ def test_a_look_alike_manifest_is_not_shown(change):
 
     assert is_manifest(MANIFEST) and is_manifest(MANIFEST | {"workers": {"grpc://gpu0:8815": 3}})
     assert not is_manifest(MANIFEST | change)
+
+
+def test_a_run_id_of_any_characters_links_to_its_own_page():
+    """#48 14: links were built from raw run ids."""
+    from airflow_quail.plugins import views
+
+    run = "manual__2026-12-05T04:00:00+00:00/x?y#z'\""
+    html = views.runs_html([{"dag_id": "d", "run_id": run, "tasks": 1, "tokens_computed": 1, "tokens_naive": 2}])
+    href = html.split("href='")[1].split("'")[0]
+    assert href == "runs/d/manual__2026-12-05T04%3A00%3A00%2B00%3A00%2Fx%3Fy%23z%27%22"

@@ -96,3 +96,18 @@ def test_a_local_worker_whose_model_changed_in_place_is_replaced_before_it_answe
         assert not all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(new_answers, old_answers))
     finally:
         stop_local_workers(tmp_path / "worker")
+
+
+def test_a_task_with_another_answer_store_gets_a_local_worker_of_its_own(monkeypatch, tmp_path):
+    """#48 19: the local worker was found by its model alone, so a task whose QUAIL_ANSWER_STORE
+    differed was served, silently, with the running worker's store."""
+    from quail.worker.local import _ident
+
+    monkeypatch.setenv("QUAIL_ANSWER_STORE", str(tmp_path / "a.sqlite"))
+    first = _ident("smollm2-135m", "auto", None, "auto")
+    assert _ident("smollm2-135m", "auto", None, "auto") == first
+    monkeypatch.setenv("QUAIL_ANSWER_STORE", str(tmp_path / "b.sqlite"))
+    assert _ident("smollm2-135m", "auto", None, "auto") != first
+    monkeypatch.setenv("QUAIL_ANSWER_STORE", str(tmp_path / "a.sqlite"))
+    monkeypatch.setenv("QUAIL_ANSWER_STORE_KEY", "another key of at least 16 characters")
+    assert _ident("smollm2-135m", "auto", None, "auto") != first

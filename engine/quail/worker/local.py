@@ -14,6 +14,7 @@ from pathlib import Path
 from quail.errors import QuailError
 from quail.installed import require_engine
 from quail.paths import home
+from quail.store.open import store_location
 from quail.trust import private_folder
 from quail.worker.client import WorkerClient
 from quail.worker.liveness import holder, pid_path, recorded
@@ -54,7 +55,7 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
     the folder, and a worker still loading (its starter gone) is waited for, not doubled. A worker
     killed while it starts is started again, until `start_timeout`. One whose model's files changed
     since it loaded them is waited for while it stops, and a new one started."""
-    ident = hashlib.sha256(f"{model}|{dtype}|{arena_pages}|{device}".encode()).hexdigest()[:12]
+    ident = _ident(model, dtype, arena_pages, device)
     folder = private_folder(home() / "worker")
     sock = folder / f"{ident}.sock"
     location = unix_location(sock)
@@ -86,6 +87,16 @@ def ensure_local_worker(model: str, dtype: str = "auto", arena_pages: int | None
                 raise QuailError(f"the local Quail worker exited with code {proc.returncode}; see {log_path}")
             say(f"the local Quail worker exited (code {proc.returncode if proc else 'unknown'}) before it answered; "
                 f"starting it again (log: {log_path})")
+
+
+def _ident(model: str, dtype: str, arena_pages: int | None, device: str) -> str:
+    """What a local worker is found by: everything that changes its answers or where it keeps them
+    (the answer store it opens and the key it signs with come from the environment it starts in), so
+    that a task whose store differs starts a worker of its own rather than using another's store."""
+    store = [store_location()] + [os.environ.get(v, "") for v in ("QUAIL_ANSWER_STORE_KEY",
+                                                                  "QUAIL_ANSWER_STORE_KEY_FILE",
+                                                                  "QUAIL_ANSWER_STORE_MAX_BYTES")]
+    return hashlib.sha256("|".join([model, dtype, str(arena_pages), device, *store]).encode()).hexdigest()[:12]
 
 
 def _start(model: str, dtype: str, arena_pages: int | None, device: str, idle_timeout: float, sock: Path,

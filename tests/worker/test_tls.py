@@ -115,9 +115,12 @@ def test_a_squatter_without_the_certificate_never_receives_the_token(smollm2, pk
     try:
         with pytest.raises(QuailError):
             WorkerClient(f"grpc+tls://127.0.0.1:{port}", TOKEN, timeout=10, tls_ca=str(pki / "ca.pem")).info()
-        with pytest.raises(QuailError, match="refused the token"):  # the recorder itself sees headers
+        # #48 10: a client whose token is not the worker's learns so before it sends the token
+        with pytest.raises(QuailError, match="did not prove it holds the connection's token"):
             WorkerClient(f"grpc://127.0.0.1:{port}", "not-the-token", timeout=10).info()
-        assert seen and not any(TOKEN in v for v in seen)
+        assert not seen
+        assert WorkerClient(f"grpc://127.0.0.1:{port}", TOKEN, timeout=10).info()["model"]
+        assert seen == [f"Bearer {TOKEN}"]  # the recorder hears the token only from a client that holds it
     finally:
         server_module._TokenCheck.start_call = check
         squatter.shutdown()
@@ -175,3 +178,36 @@ def test_a_worker_serves_on_ipv6_loopback(smollm2):
         assert client.info()["model"]
     finally:
         server.shutdown()
+
+
+def test_a_squatter_that_answers_like_a_worker_gets_no_token_and_is_a_lost_worker():
+    """#48 10: a Flight server answering `info` like a worker became a task's home, received window
+    0's documents, then killed the task with a TypeError on its status reply."""
+    import pyarrow.flight as flight
+
+    from quail.worker.client import WorkerLost
+
+    heard: list[dict] = []
+
+    class Squatter(flight.FlightServerBase):
+        def list_actions(self, context):
+            return [("info", "")]
+
+        def do_action(self, context, action):
+            return [json.dumps({"model": "smollm2-135m", "memory": None}).encode()]
+
+    class Listen(flight.ServerMiddlewareFactory):
+        def start_call(self, info, headers):
+            heard.append(dict(headers))
+
+    squatter = Squatter(f"grpc://127.0.0.1:{_port()}", middleware={"listen": Listen()})
+    try:
+        with pytest.raises(WorkerLost, match="did not prove it holds the connection's token"):
+            WorkerClient(f"grpc://127.0.0.1:{squatter.port}", TOKEN, timeout=10).info()
+        assert heard and not any("authorization" in h for h in heard)
+        proven = WorkerClient(f"grpc://127.0.0.1:{squatter.port}", TOKEN, timeout=10)
+        proven.proven = True  # as if it had proved: a reply of the wrong shape is a lost worker, not a KeyError
+        with pytest.raises(WorkerLost, match="replied to 'info' as no Quail worker does"):
+            proven.info()
+    finally:
+        squatter.shutdown()

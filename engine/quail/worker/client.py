@@ -1,8 +1,11 @@
 """Talks to a worker: submit a job (or re-attach to it), poll its status, fetch its answers."""
 
+import hmac
 import json
+import secrets
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 import pyarrow as pa
@@ -16,6 +19,7 @@ from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Span, Submission
 from quail.worker.locations import check_location, is_tls, socket_path, tls_options
 from quail.worker.protocol import BUSY, MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
+from quail.worker.tokens import CHALLENGE, PROOF, proof
 
 DEFAULT_TIMEOUT = 30.0
 SUBMIT_BATCH_ROWS = 512
@@ -35,6 +39,11 @@ class WorkerBusy(QuailError):
 
 
 BUSY_TIMEOUT = 600.0  # seconds a submission waits for a busy worker to take it
+# what a reply must hold, of these types, to be a Quail worker's
+INFO = {"model": str, "identity": str, "current": bool, "arena_pages": int, "free_pages": int, "retained_pages": int,
+        "queued_tokens": int, "active_jobs": int, "device": str, "dtype": str}
+STATUS = {"job": str, "state": str, "rows": int, "rows_done": int, "tokens_computed": int, "identity": dict}
+LISTING = {"ref": str, "state": str, "rows": int, "rows_done": int, "identity": dict}
 
 
 def backoff(seconds: float) -> Iterator[float]:
@@ -61,16 +70,40 @@ class WorkerClient:
                  tls_ca: str | None = None):
         if (sock := socket_path(check_location(location))) is not None:
             owned_file(sock, kind="socket")  # another user's socket could be a fake worker, harvesting documents
-        self.location, self.timeout = location, timeout
+        self.location, self.timeout, self.token = location, timeout, token
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self.options = flight.FlightCallOptions(headers=headers, timeout=timeout)
-        self.client = flight.FlightClient(location, **tls_options(location, tls_ca))
+        self.heard = _Heard()
+        self.client = flight.FlightClient(location, middleware=[self.heard], **tls_options(location, tls_ca))
+        self.proven = token is None
+        self.proving = threading.Lock()
 
-    def _call(self, fn: Callable[[flight.FlightCallOptions], T]) -> T:
+    def _prove(self) -> None:
+        """Asks the worker to prove it holds the token before the token or a document is sent: a
+        squatter on a listed port, or a stale entry, cannot, and is a lost worker."""
+        challenge = secrets.token_hex(16)
+        options = flight.FlightCallOptions(headers=[(CHALLENGE.encode(), challenge.encode())], timeout=self.timeout)
+        with self.proving:
+            if self.proven:
+                return
+            self.heard.proof = ""
+            self._call(lambda _: list(self.client.list_actions(options=options)), proving=True)
+            assert self.token is not None
+            if not hmac.compare_digest(self.heard.proof.encode(), proof(self.token, challenge).encode()):
+                raise WorkerLost(f"what answers at {self.location} did not prove it holds the connection's token: "
+                                 f"not this pool's Quail worker")
+            self.proven = True
+
+    def _call(self, fn: Callable[[flight.FlightCallOptions], T], proving: bool = False) -> T:
         """Runs fn(options), turning Flight's errors into ones that say what to do."""
         try:
+            if not self.proven and not proving:
+                self._prove()
             return fn(self.options)
         except flight.FlightUnauthenticatedError:
+            if proving:  # a worker before proofs, or no Quail worker at all
+                raise WorkerLost(f"what answers at {self.location} did not prove it holds the connection's token: "
+                                 f"not this pool's Quail worker") from None
             raise QuailError(f"the Quail worker at {self.location} refused the token") from None
         except flight.FlightUnavailableError as e:
             if is_tls(self.location) and any(w in str(e).lower() for w in ("handshake", "ssl", "certificate")):
@@ -91,8 +124,19 @@ class WorkerClient:
 
     def _action(self, name: str, body: str = "") -> Any:
         action = flight.Action(name, body.encode())
-        [result] = self._call(lambda options: list(self.client.do_action(action, options=options)))
-        return json.loads(result.body.to_pybytes())
+        results = self._call(lambda options: list(self.client.do_action(action, options=options)))
+        try:
+            [result] = results
+            return json.loads(result.body.to_pybytes())
+        except ValueError:  # no single result, or no JSON
+            raise WorkerLost(f"what answers at {self.location} replied to {name!r} as no Quail worker does") from None
+
+    def _shaped(self, name: str, doc: Any, keys: Mapping[str, type]) -> Any:
+        """`doc`, if it holds `keys` of their types: a reply of another shape is a lost worker, never
+        a KeyError or a TypeError in the task."""
+        if not isinstance(doc, dict) or any(not isinstance(doc.get(k), t) for k, t in keys.items()):
+            raise WorkerLost(f"what answers at {self.location} replied to {name!r} as no Quail worker does")
+        return doc
 
     def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
                inputs: list[tuple[list[str], list[int]]], window: Span = Span(),
@@ -124,7 +168,7 @@ class WorkerClient:
                 time.sleep(wait)
 
     def info(self) -> dict:
-        return self._action("info")
+        return self._shaped("info", self._action("info"), INFO)
 
     @overload
     def status(self, job_id: str) -> dict: ...
@@ -133,7 +177,12 @@ class WorkerClient:
 
     def status(self, job_id: str = "") -> dict | list[dict]:
         """One job's status, or, without an id, a listing of all jobs."""
-        return self._action("status", job_id)
+        doc = self._action("status", job_id)
+        if job_id:
+            return self._shaped("status", doc, STATUS)
+        if not isinstance(doc, list):
+            raise WorkerLost(f"what answers at {self.location} replied to 'status' as no Quail worker does")
+        return [self._shaped("status", d, LISTING) for d in doc]
 
     def cancel(self, job_id: str) -> dict:
         return self._action("cancel", job_id)
@@ -154,6 +203,29 @@ class WorkerClient:
     def fetch(self, job_id: str) -> pa.Table:
         ticket = flight.Ticket(job_id.encode())
         return self._call(lambda options: self.client.do_get(ticket, options=options).read_all())
+
+
+class _Heard(flight.ClientMiddlewareFactory):
+    """The proof a worker sent back to the last challenge (WorkerClient proves under its lock)."""
+
+    def __init__(self) -> None:
+        self.proof = ""
+
+    def start_call(self, info: flight.CallInfo) -> flight.ClientMiddleware | None:
+        return _Listener(self) if info.method == flight.FlightMethod.LIST_ACTIONS else None
+
+
+class _Listener(flight.ClientMiddleware):
+    def __init__(self, heard: _Heard) -> None:
+        self.heard = heard
+
+    def call_completed(self, exception: Exception | None) -> None:
+        pass
+
+    def received_headers(self, headers: dict[str, list]) -> None:
+        sent = headers.get(PROOF, [])  # heard twice: the headers, then the trailers
+        if len(sent) == 1 and isinstance(sent[0], str):
+            self.heard.proof = sent[0]
 
 
 def describe_load(info: dict) -> str:

@@ -50,6 +50,7 @@ from quail.worker.protocol import (
     parse_submit,
     split_documents,
 )
+from quail.worker.tokens import CHALLENGE, PROOF, proof
 
 MAX_ACTION_BYTES = 256  # a job id
 
@@ -65,14 +66,27 @@ NOT_OFFERED = {flight.FlightMethod.LIST_FLIGHTS: "list_flights", flight.FlightMe
 
 class _TokenCheck(flight.ServerMiddlewareFactory):
     def __init__(self, token: str):
+        self.token = token
         self.expected = f"Bearer {token}".encode()
 
-    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> None:
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> flight.ServerMiddleware | None:
+        challenge = headers.get(CHALLENGE, [])
+        if info.method == flight.FlightMethod.LIST_ACTIONS and len(challenge) == 1 and len(challenge[0]) <= 128:
+            return _Proof(proof(self.token, challenge[0]))  # no token needed: it tells nothing but the proof
         sent = headers.get("authorization", [])
         if len(sent) != 1 or not hmac.compare_digest(sent[0].encode(), self.expected):
             raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
         if info.method in NOT_OFFERED:  # refused here: pyarrow's handlers of these reply with a traceback
             raise flight.FlightServerError(f"{NOT_OFFERED[info.method]} is not offered: {OFFERED}")
+        return None
+
+
+class _Proof(flight.ServerMiddleware):
+    def __init__(self, value: str):
+        self.value = value
+
+    def sending_headers(self) -> dict[str, str]:
+        return {PROOF: self.value}
 
 
 F = TypeVar("F", bound=Callable[..., Any])

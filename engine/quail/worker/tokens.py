@@ -3,6 +3,8 @@ environment) is used as is; otherwise it makes a random one and writes it where 
 only that user, finds it: beside its Unix socket, or under $QUAIL_HOME/worker for a TCP port.
 `quail worker status`, the hook and the Quail page read it from there."""
 
+import hashlib
+import hmac
 import os
 import re
 import secrets
@@ -13,6 +15,14 @@ from quail.errors import QuailError
 from quail.paths import home
 from quail.trust import owned_file, private_folder, secret_file
 from quail.worker.locations import socket_path
+
+CHALLENGE, PROOF = "quail-challenge", "quail-proof"  # headers: a client's nonce, the worker's answer to it
+
+
+def proof(token: str, challenge: str) -> str:
+    """What only a holder of `token` answers to `challenge`: a worker proves it holds the connection's
+    token before the client sends the token or any document (a squatter on a listed port cannot)."""
+    return hmac.new(token.encode(), b"quail worker proof\x1f" + challenge.encode(), hashlib.sha256).hexdigest()
 
 
 def beside(location: str, suffix: str) -> Path:

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from quail.runtime.cascade import cascade_classify, cascade_filter, cascade_join
-from quail.cli.main import _describe_worker, main
+from quail.cli.describe import describe_worker
+from quail.cli.main import main
 from quail.errors import QuailError
 from quail.executor.engine import PhysicalPlan
 from quail.kinds import KINDS
@@ -99,8 +100,8 @@ def test_a_worker_job_reports_each_models_tokens_and_predicts_them(sessions, tmp
         answers = client.fetch(job)
         info = client.info()
         assert info["cascade_models"] == ["smollm2-135m"]
-        assert _describe_worker(info).endswith("; cascade models loaded: smollm2-135m")  # quail worker status
-        assert "; attention torch: " in _describe_worker(info)
+        assert describe_worker(info).endswith("; cascade models loaded: smollm2-135m")  # quail worker status
+        assert "; attention torch: " in describe_worker(info)
     finally:
         server.shutdown()
     assert status["state"] == "done", status

@@ -63,18 +63,6 @@ def test_bad_flags_are_refused(news, tmp_path, capsys):
     assert not (tmp_path / "o.parquet").exists()
 
 
-@pytest.mark.parametrize("flags, says", [
-    (["--ttl", "0"], "--ttl must be a number of seconds above 0, got 0"),
-    (["--ttl", "-5"], "--ttl must be a number of seconds above 0, got -5"),
-    (["--idle-timeout", "-1"], "--idle-timeout must be a number of seconds above 0, got -1"),
-    (["--idle-timeout", "inf"], "--idle-timeout must be a number of seconds above 0, got inf"),
-    (["--port", "0"], "--port must be at least 1, got 0"),
-    (["--port", "99999"], "--port must be at most 65535, got 99999"),
-])
-def test_worker_settings_that_cannot_work_are_refused_before_the_model_loads(capsys, flags, says):
-    refused(capsys, "worker", "serve", *MODEL, *flags, says=says)
-
-
 def test_a_budget_beyond_two_to_the_31_is_taken():
     """A large GPU job computes more than 2^31 - 1 tokens."""
     from quail.cli.main import parser
@@ -330,21 +318,6 @@ def test_stats_never_replaces_a_device_a_fifo_the_model_or_the_pipeline_file(new
     pipeline.write_text(text)
     refused(capsys, "pipeline", pipeline, *MODEL, says="is the pipeline file, which the run never writes")
     assert pipeline.read_text() == text and not (tmp_path / "o.parquet").exists()
-
-
-@pytest.mark.parametrize("flags, says", [
-    (["--host", ""], "--host must be a host name or an IP address, got ''"),
-    (["--host", "bad host!"], "--host must be a host name or an IP address, got 'bad host!'"),
-])
-def test_a_host_that_is_no_host_is_refused(capsys, flags, says):
-    refused(capsys, "worker", "serve", *MODEL, *flags, says=says)
-
-
-@pytest.mark.parametrize("location", ["http://x", "grpc://x:99999", "grpc://:8815", "grpc+unix://",
-                                      "grpc://[::1"])  # #48 17: "Invalid IPv6 URL" was a traceback
-def test_a_worker_location_flight_cannot_dial_is_refused_naming_the_forms(capsys, location):
-    refused(capsys, "worker", "status", "--all", "--worker", location,
-            says=f"worker location {location!r}: give grpc://HOST:PORT, grpc+tls://HOST:PORT or grpc+unix://PATH")
 
 
 def test_a_pipeline_nested_beyond_recursion_is_refused(capsys, tmp_path):

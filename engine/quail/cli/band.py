@@ -8,19 +8,24 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from quail.cli.common import device_options, open_session, start_engine
 from quail.errors import QuailError
+from quail.model.registry import DEFAULT_MODEL
 from quail.pipeline.stream import TableSource
 from quail.pipeline.tables import text_column
 from quail.planner.guarantee import answer, choose
-from quail.specs import METRICS
+from quail.specs import CALIBRATIONS, METRICS
 
 if TYPE_CHECKING:
     from quail.session import Session
 
 TRUE, FALSE = {"yes", "true", "1"}, {"no", "false", "0"}
+SUMMARY = "a filter cascade's band, from a labelled sample and a target accuracy, precision or recall"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("band", help=SUMMARY, description=f"{SUMMARY}: the band that leaves the model that "
+                       "answers first the most rows while the target holds", parents=[device_options()])
     p.add_argument("sample", help="a labelled sample: Parquet or CSV")
     p.add_argument("--text-column", required=True)
     p.add_argument("--predicate", action="append", default=[], help="as the filter will ask it; repeatable")
@@ -29,6 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", choices=METRICS, default="accuracy",
                    help="accuracy (default), precision or recall of the cascade's answers against the labels")
     p.add_argument("--delta", type=float, default=0.05, help="the chance the target is missed (default 0.05)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="the model that answers first")
+    p.add_argument("--calibration", choices=CALIBRATIONS, default="auto",
+                   help="as the filter will take it (auto, the default: the one measured best for the model)")
+    p.set_defaults(func=choose_band)
+
+
+def choose_band(args: argparse.Namespace) -> None:
+    start_engine(args, "`quail band`")
+    check(args)
+    run(args, open_session(args.model, args))
 
 
 def check(args: argparse.Namespace) -> None:

@@ -1,4 +1,5 @@
-"""The `quail` CLI end to end on the embedded smollm2-135m, and its errors on bad input."""
+"""cli/run.py: the operator commands (filter, classify, join) and `quail pipeline` end to end on the
+embedded smollm2-135m, and their errors on bad input."""
 
 import json
 from pathlib import Path

@@ -204,13 +204,15 @@ def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, clus
 
     docs = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"text": [f"the river {i} rose by {i * 7} feet" for i in range(24)]}), docs)
-    shown = cluster.url(password="s3cret-pw")
+    shown = tmp_path / "store-url"  # #48 11: a password on a command line is refused
+    shown.write_text(cluster.url(password="s3cret-pw"))
+    shown.chmod(0o600)
 
     def run(home: str, out: str, *extra) -> dict:
         monkeypatch.setenv("QUAIL_HOME", str(tmp_path / home))
         with pytest.raises(SystemExit) as e:
             main(["filter", str(docs), "--text-column", "text", "--predicate", "Is it about a river?", "--keep-all",
-                  "--answer-store", shown, "--model", str(tiny_model_dir), "--dtype", "float32",
+                  "--answer-store-file", str(shown), "--model", str(tiny_model_dir), "--dtype", "float32",
                   "--output", str(tmp_path / out), "--stats", str(tmp_path / f"{out}.json"), *extra])
         assert e.value.code == 0
         return json.loads((tmp_path / f"{out}.json").read_text())
@@ -225,10 +227,13 @@ def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, clus
     assert all(abs(x - y) < 1e-4 for x, y in zip(a.column("p_yes_1").to_pylist(), b.column("p_yes_1").to_pylist()))
     monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "a"))
     with pytest.raises(SystemExit):
-        main(["answers", "stats", "--answer-store", shown])
+        main(["answers", "stats", "--answer-store-file", str(shown)])
     out, err = capsys.readouterr()
     assert "postgresql://127.0.0.1:" in out and "24 answers" in out
     assert "s3cret-pw" not in out + err
+    with pytest.raises(SystemExit) as e:
+        main(["answers", "stats", "--answer-store", cluster.url(password="s3cret-pw")])
+    assert e.value.code == 2 and "with a password is on the command line" in capsys.readouterr().err
 
 
 def test_a_value_planted_by_a_role_that_can_write_the_table_is_a_miss(url, caplog):

@@ -89,10 +89,21 @@ def device_options() -> Parser:
     return p
 
 
+def no_password(location: str) -> str:
+    """--answer-store, unless it holds a password: a command line is in /proc/PID/cmdline, which
+    every local user reads (there is no --token flag for that reason)."""
+    if "://" in location and (authority := location.split("://", 1)[1].split("/", 1)[0]).count("@") \
+            and ":" in authority.rsplit("@", 1)[0]:
+        raise argparse.ArgumentTypeError("a URL with a password is on the command line, which every local user can "
+                                         "read (ps, /proc): give the URL in a private file with --answer-store-file, "
+                                         "or the password by PGPASSWORD or PGPASSFILE")
+    return location
+
+
 def store_options(p: argparse.ArgumentParser, more: str = "") -> None:
     """--answer-store or --answer-store-file, one or neither."""
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--answer-store", metavar="PATH|URL",
+    where.add_argument("--answer-store", metavar="PATH|URL", type=no_password,
                        help="the answer store: a path (SQLite; default answers.sqlite in $QUAIL_HOME), or a "
                             "postgresql+psycopg://USER@HOST:PORT/DB URL, its password by PGPASSWORD or PGPASSFILE; "
                             "default $QUAIL_ANSWER_STORE" + more)

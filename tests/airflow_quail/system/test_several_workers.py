@@ -51,11 +51,18 @@ def _jobs(location: str, token: str, run_id: str) -> dict[str, dict]:
             if j["identity"]["run_id"] == run_id}
 
 
+def _private(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
 @pytest.mark.test_dags
 def test_a_dags_runs_stay_on_its_worker_and_a_dead_workers_answers_are_shared(airflow_env, tmp_path):
     env, _ = airflow_env
-    with throwaway_cluster() as cluster, serving(tmp_path, "--answer-store", cluster.url("s3cret-pw"),
-                                                 homes=True) as (procs, token_file):
+    with throwaway_cluster() as cluster, serving(tmp_path, "--answer-store-file",  # a password on a command
+                                                 _private(tmp_path / "store-url", cluster.url("s3cret-pw")),
+                                                 homes=True) as (procs, token_file):  # line is refused
         workers, token = list(procs), token_file.read_text()
         env = dict(env, QUAIL_TEST_OUTPUT=str(tmp_path / "out"), AIRFLOW_CONN_QUAIL_DEFAULT=json.dumps(
             {"conn_type": "quail", "password": token, "extra": {"workers": workers}}))

@@ -5,7 +5,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 import pyarrow as pa
@@ -40,10 +40,13 @@ class WorkerBusy(QuailError):
 
 BUSY_TIMEOUT = 600.0  # seconds a submission waits for a busy worker to take it
 # what a reply must hold, of these types, to be a Quail worker's
-INFO = {"model": str, "identity": str, "current": bool, "arena_pages": int, "free_pages": int, "retained_pages": int,
-        "queued_tokens": int, "active_jobs": int, "device": str, "dtype": str}
-STATUS = {"job": str, "state": str, "rows": int, "rows_done": int, "tokens_computed": int, "identity": dict}
-LISTING = {"ref": str, "state": str, "rows": int, "rows_done": int, "identity": dict}
+Shape = dict[str, type | tuple[type, ...]]
+INFO: Shape = {"model": str, "identity": str, "current": bool, "arena_pages": int, "free_pages": int,
+               "retained_pages": int, "queued_tokens": int, "active_jobs": int, "device": str, "dtype": str,
+               "attention": str, "attention_why": str, "max_batch_tokens": int, "page_size": int,
+               "cascade_models": list, "memory": (dict, type(None))}
+STATUS: Shape = {"job": str, "state": str, "rows": int, "rows_done": int, "tokens_computed": int, "identity": dict}
+LISTING: Shape = {"ref": str, "state": str, "rows": int, "rows_done": int, "identity": dict}
 
 
 def backoff(seconds: float) -> Iterator[float]:
@@ -131,7 +134,7 @@ class WorkerClient:
         except ValueError:  # no single result, or no JSON
             raise WorkerLost(f"what answers at {self.location} replied to {name!r} as no Quail worker does") from None
 
-    def _shaped(self, name: str, doc: Any, keys: Mapping[str, type]) -> Any:
+    def _shaped(self, name: str, doc: Any, keys: Shape) -> Any:
         """`doc`, if it holds `keys` of their types: a reply of another shape is a lost worker, never
         a KeyError or a TypeError in the task."""
         if not isinstance(doc, dict) or any(not isinstance(doc.get(k), t) for k, t in keys.items()):

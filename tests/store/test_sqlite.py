@@ -405,3 +405,23 @@ def test_a_log_not_yet_folded_in_forgets_no_answer(tmp_path):
     bounded = SqliteStore(path, max_bytes=bound, touch_every=0)
     bounded.put([(answer_key("m", "q", [10**6]), [0.5] * 8)])
     assert bounded.stats()["answers"] == 30_001 and bounded.size() <= bound
+
+
+def test_a_refused_store_is_said_in_the_summary_and_the_stats(tmp_path, capsys, monkeypatch, smollm2_for_every_session):
+    """#48 18: a store in a folder others may write was refused with one line on stderr, and the
+    summary and the stats said nothing of it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    docs = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": ["a river", "a mountain"]}), docs)
+    monkeypatch.setenv("QUAIL_ANSWER_STORE", str(shared / "x.sqlite"))
+    with pytest.raises(SystemExit) as e:
+        main(["filter", str(docs), "--text-column", "text", "--predicate", "Is it about a river?", "--keep-all",
+              "--model", "smollm2-135m", "--dtype", "float32", "--output", str(tmp_path / "o.parquet"),
+              "--stats", str(tmp_path / "s.json")])
+    assert e.value.code == 0
+    err = capsys.readouterr().err
+    assert "not in use (is not used: folder" in err and "writable by other users" in err
+    use = json.loads((tmp_path / "s.json").read_text())["answer_store"]
+    assert use["in_use"] is False and "writable by other users" in use["why_not"]

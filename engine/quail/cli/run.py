@@ -156,3 +156,6 @@ def compute(args: argparse.Namespace, pipeline: Pipeline, explain: bool, words: 
             b.close()
     for r in runs:
         print(describe_run(r.spec.name, r.stats, r.predicted, r.rows_out, target=r.spec.output), file=sys.stderr)
+    if session.store is not None and session.store.unused:
+        print(f"answer store {session.store.path} not in use ({session.store.unused}): no answer was looked up or "
+              f"kept", file=sys.stderr)

@@ -305,12 +305,18 @@ def chains(specs: tuple[OperatorSpec, ...], tables: set[str]) -> list[list[Opera
     return groups
 
 
+def store_use(session: Session) -> dict | None:
+    """Where the run kept its answers, and whether it could: a refused store is said, never silent."""
+    store = session.store
+    return None if store is None else {"path": str(store.path), "in_use": store.unused is None, "why_not": store.unused}
+
+
 def write_stats(path: str, run: OperatorRun, session: Session, plan: Plan, publication: Publication) -> None:
     model = session.engine.model
     doc = {"operator": run.spec.name, "command": run.spec.kind, "model": session.loaded.name,
            "dtype": str(model.dtype).removeprefix("torch."), "dtype_why": session.loaded.dtype_why,
            "attention": model.attention_name, "attention_why": model.attention_why,
-           "plan_hash": plan.hash, "rows_out": run.rows_out} | run.stats.to_dict()
+           "plan_hash": plan.hash, "rows_out": run.rows_out, "answer_store": store_use(session)} | run.stats.to_dict()
     doc["predicted"] = run.predicted.rounded()
     write_text_atomically(path, json.dumps(doc, indent=2), publication)
 

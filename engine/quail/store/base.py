@@ -22,6 +22,10 @@ class Store(Protocol):
     def writable(self) -> bool:
         """False once it cannot be written (read-only, full, of a newer schema): it is only read."""
 
+    @property
+    def unused(self) -> str | None:
+        """Why it is not used at all (refused, unopenable, not Quail's), or None while it is."""
+
     def get(self, keys: list[bytes], width: int, touch: bool = True) -> dict[bytes, list]:
         """The stored answers among `keys`, each `width` probabilities (1 for a yes/no, a classify's
         labels) or a written output (WRITTEN). `touch`: they count as used now (for the bound)."""

@@ -94,6 +94,7 @@ class PostgresStore:
         self.path = describe(url)  # what messages name: never the password
         self.max_bytes = max_bytes or bound_bytes()
         self.writable = True
+        self.unused: str | None = None
         self.signed_by = signed_by or signer(shared=self.path)
         self.rejected = Rejected()
         self.recent = Recent(touch_every)
@@ -116,9 +117,10 @@ class PostgresStore:
         except Late:
             self._failed(what, TimeoutError(f"no answer in {CALL_SECONDS:.0f} s"))
         except ProgrammingError as e:  # it answers, and refuses what Quail asks: not an outage
+            why = str(e.orig).splitlines()[0] if e.orig else str(e)
             log.warning("the answer store %s answers, but not as Quail's store (%s: %s): it is not used, and "
-                        "answers are not stored", self.path, what, str(e.orig).splitlines()[0] if e.orig else e)
-            self.writable = False
+                        "answers are not stored", self.path, what, why)
+            self.writable, self.unused = False, f"not Quail's store ({why})"
             with self._lock:
                 self._down_until = float("inf")
         except (SQLAlchemyError, OSError) as e:
@@ -147,6 +149,7 @@ class PostgresStore:
                     log.warning("the answer store %s has schema version %d, newer than this Quail's %d: it is not "
                                 "used, and answers are not stored; upgrade Quail", self.path, version, VERSION)
                     self.writable = False
+                    self.unused = f"schema version {version}, newer than this Quail's {VERSION}"
                     return False
             self._ready = True
         return True

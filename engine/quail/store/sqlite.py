@@ -61,6 +61,7 @@ class SqliteStore:
         self.rejected = Rejected()
         self.recent = Recent(touch_every)
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
+        self.unused: str | None = None
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection | None:
@@ -68,21 +69,24 @@ class SqliteStore:
             self._trusted()
             self.signed_by = self.signed_by or signer()
         except QuailError as e:
-            log.warning("the answer store %s is not used (%s): answers are not stored", self.path, e)
-            return None
+            return self._not_used("is not used", e)
         for attempt in (1, 2):
             try:
                 return self._connect()
             except sqlite3.OperationalError as e:  # a read-only folder or file, a full disk, a lock held too long
                 if attempt == 1 and self._readable_only():
                     return self._read_only(e)
-                log.warning("the answer store %s cannot be opened (%s): answers are not stored", self.path, e)
-                return None
+                return self._not_used("cannot be opened", e)
             except sqlite3.DatabaseError as e:  # corrupt, truncated, or not a database
                 if attempt == 2:
-                    log.warning("the answer store %s cannot be rebuilt (%s): answers are not stored", self.path, e)
-                    return None
+                    return self._not_used("cannot be rebuilt", e)
                 self._set_aside(e)
+        return None
+
+    def _not_used(self, what: str, error: Exception) -> sqlite3.Connection | None:
+        """No connection, and why, here and wherever a run reports (its summary, its stats)."""
+        self.unused = f"{what}: {error}"
+        log.warning("the answer store %s %s (%s): answers are not stored", self.path, what, error)
         return None
 
     def _trusted(self) -> None:

@@ -235,4 +235,5 @@ def describe_load(info: dict) -> str:
     """A worker's `info` in one line: what it runs and how loaded it is."""
     return (f"{info['model']} on {info['device']}, {info['active_jobs']} job(s), {info['queued_tokens']:,} queued "
             f"tokens, {info['free_pages']:,}/{info['arena_pages']:,} pages free, {info['retained_pages']:,} retained"
-            f"; answers in {info.get('answer_store') or 'no store'}")
+            f"; answers in {info.get('answer_store') or 'no store'}"
+            + (f" (not in use: {info['answer_store_unused']})" if info.get("answer_store_unused") else ""))

@@ -314,6 +314,7 @@ class Worker(flight.FlightServerBase):
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
                 "cascade_models": sorted(self.session.peers),
                 "answer_store": None if self.session.store is None else str(self.session.store.path),
+                "answer_store_unused": None if self.session.store is None else self.session.store.unused,
                 "pid": os.getpid()}
 
     def _ahead(self, job: Job, consumers: list, answers: pa.Table, inputs: list) -> None:
@@ -379,7 +380,8 @@ class Worker(flight.FlightServerBase):
             sub = job.submission
             job.tokenized(self.session.layout.documents(job.inputs[0][0]))
             partners = job.inputs[1][0] if len(job.inputs) > 1 else []
-            use_store = sub.reuse.store and self.session.store is not None
+            # nothing is computed ahead where there is nowhere to keep it (#48 18)
+            use_store = sub.reuse.store and self.session.store is not None and self.session.store.unused is None
             ahead = consumers_ahead(sub.dag_plan, sub.spec) if use_store else []
             cuts = self._parts(job, ahead)
             # before computing: what the answer store holds now, not what the job adds to it

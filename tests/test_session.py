@@ -1,24 +1,26 @@
-"""The session's answer-store keys."""
+"""The session's use of the answer store: its keys name its model's identity, and a run that does
+not use the store gets none (the kinds' keys themselves: tests/kinds/test_keys.py)."""
 
 from types import SimpleNamespace
 
+from quail.reuse import Retain, Reuse
 from quail.session import Session
 from quail.store import answer_key
 
 
-def _session():
+def _session(store=None):
     s = Session.__new__(Session)
-    s.loaded = SimpleNamespace(identity="model")
+    s.loaded = SimpleNamespace(identity="model", name="x")
+    s.engine = object()
+    s.store = store
     return s
 
 
-def test_classify_answers_stored_before_labels_that_begin_others_were_scored_so_are_not_found():
-    docs, q = [[1, 2, 3]], [9, 10]
-
-    def before(labels):  # the key under which such answers were stored
-        return answer_key("model", f"classify\x1fnone\x1f{q}\x1f{labels}", docs[0])
-
-    apart = [[20], [21, 22]]
-    assert _session().classify_keys(q, apart, docs, "none") == [before(apart)]
-    nested = [[20], [20, 21]]
-    assert _session().classify_keys(q, nested, docs, "none") != [before(nested)]
+def test_the_store_is_keyed_by_the_model_and_used_as_reuse_says():
+    store = object()
+    run = _session(store)._run(True, True, None)
+    assert run.stored.store is store and run.stored.key("asked", [1, 2]) == answer_key("model", "asked", [1, 2])
+    assert run.reuse == Reuse() and run.retain == Retain()
+    assert _session(store)._run(Reuse(store=False), None, None).stored is None
+    assert _session(store)._run(False, None, None).reuse == Reuse.none()
+    assert _session()._run(True, None, None).stored is None

@@ -2,14 +2,14 @@
 
     s = Session.open("qwen2.5-coder-1.5b")
     result, stats = s.filter(texts, ["Is this about sport?"])
-"""
 
-import functools
-import json
+Each entry point renders its kind's prompts (kinds/<kind>.py), fits the documents to the context
+and runs its kind's op with the answer store (ops/<kind>.py, ops/stored.py); it holds no kind's
+keys, defaults or results (docs/adding-a-kind.md)."""
+
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
@@ -17,71 +17,31 @@ from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalPlan
 from quail.executor.stats import Stats
 from quail.kinds.classify import render as render_classify
-from quail.kinds.extract import DEFAULT_INSTRUCTION, DEFAULT_MAX_NEW_TOKENS, json_schema, read_fields
+from quail.kinds.extract import DEFAULT_INSTRUCTION, json_schema
 from quail.kinds.extract import render as render_extract
 from quail.kinds.filter import render as render_filter
 from quail.kinds.join import pair_room
 from quail.kinds.join import render as render_join
 from quail.kinds.map import render as render_map
-from quail.kinds.settings import check_calibration, check_cascade_model
+from quail.kinds.settings import check_cascade_model
 from quail.kinds.words import DEFAULT_QUESTION, SECOND
+from quail.kinds.writes import most_written
 from quail.model.loader import LoadedModel, load_model
-from quail.model.registry import DEFAULT_MODEL, EMBEDDED
-from quail.ops.calibration import CONTENT_FREE, column_means, labels_given, yes_given
-from quail.ops.classify import ClassifyResult, run_classify
-from quail.ops.filter import FilterResult, run_filter
-from quail.ops.generate import GenerateResult, Written, run_generate
-from quail.ops.grammar import JSON_SEPARATORS, FreeText, Grammar, JsonSchema, llg_tokenizer
-from quail.ops.join import JoinResult, run_join
-from quail.ops.prompts import MAX_CHARS_PER_TOKEN, PromptLayout
+from quail.model.registry import DEFAULT_MODEL
+from quail.ops.calibration import CONTENT_FREE, calibrates
+from quail.ops.classify import ClassifyResult, stored_classify
+from quail.ops.extract import ExtractResult, run_extract
+from quail.ops.filter import FilterResult, stored_filter
+from quail.ops.grammar import Grammars, JsonSchema
+from quail.ops.join import JoinResult, stored_join
+from quail.ops.map import MapResult, run_map
+from quail.ops.prompts import PromptLayout, fit
+from quail.ops.stored import Run, Stored
 from quail.reuse import Retain, Reuse
 from quail.specs import FieldSpec
-from quail.store import WRITTEN, answer_key
 
 if TYPE_CHECKING:
-    from llguidance import LLTokenizer
-
     from quail.store import Store
-
-
-def _reuse(reuse: bool | Reuse) -> Reuse:
-    """True: every mechanism; False: compute every prompt from scratch."""
-    if isinstance(reuse, Reuse):
-        return reuse
-    return Reuse() if reuse else Reuse.none()
-
-
-def _retain(retain: bool | Retain | None) -> Retain | None:
-    """True: keep the documents' KV for any later operator of this session, until cleared."""
-    if retain is True:
-        return Retain()
-    return retain or None
-
-
-@dataclass
-class Extraction:
-    """An extract's rows: each one's fields by name (None for a truncated row), which were truncated,
-    and per row the fields whose written value its column cannot hold (null instead)."""
-
-    values: list[dict | None]
-    truncated: list[bool]
-    invalid: list[list[str]]
-    written: GenerateResult  # the tokens each row wrote
-
-
-@dataclass
-class Mapped:
-    texts: list[str]
-    truncated: list[bool]
-    written: GenerateResult
-
-
-@dataclass
-class Documents:
-    """Tokenized documents that fit the model's context, and how many had to be cut."""
-
-    tokens: list[list[int]]
-    truncated: int = 0
 
 
 class Session:
@@ -89,6 +49,7 @@ class Session:
         self.loaded = loaded
         self.engine = Engine(loaded.model, plan)
         self.layout = PromptLayout(loaded.tokenizer, context=loaded.config.max_position)
+        self.grammars = Grammars(loaded.tokenizer, loaded.config.vocab_size, loaded.name)  # an extract's, a map's
         self.options: dict = {}  # how Session.open made it: how its peers are opened
         self.peers: dict[str, Session] = {}
         self.peers_lock = threading.Lock()
@@ -149,87 +110,24 @@ class Session:
     def context(self) -> int:
         return self.loaded.config.max_position
 
-    def documents(self, texts: list[str], render: Callable[[list[str]], list[list[int]]], suffix: int,
-                  truncate: bool, rows: list[int] | None = None, what: str = "row") -> Documents:
-        """Tokenizes texts with `render` (texts -> token lists); `suffix` is the longest question that
-        follows a document in one prompt. `rows` are the input row numbers that errors name."""
-        limit = self.context - suffix
-        out = Documents([])
-        if not truncate and (long := next(((i, len(t)) for i, t in zip(rows or range(len(texts)), texts)
-                                           if len(t) > self.context * MAX_CHARS_PER_TOKEN), None)):
-            raise QuailError(f"{what} {long[0]}: the document is {long[1]:,} characters, far more than the model's "
-                             f"context holds ({limit:,} tokens after the question). Use --truncate to cut long "
-                             f"documents.")
-        for i, tokens in zip(rows or range(len(texts)), render(texts)):  # the layout cuts what it must
-            if len(tokens) > limit:
-                if not truncate:
-                    raise QuailError(
-                        f"{what} {i}: the document is {len(tokens)} tokens with its prompt; the model's context "
-                        f"leaves {limit} for it after the question. Use --truncate to cut long documents."
-                    )
-                tokens = tokens[:limit]
-                out.truncated += 1
-            out.tokens.append(tokens)
-        return out
-
-    @property
-    def own_calibration(self) -> str:
-        """What calibration "auto" means for this model: the registry's choice for an embedded one
-        (measured on bench/data), none for any other."""
-        model = EMBEDDED.get(self.loaded.name)
-        return model.calibration if model else "none"
-
     def calibrating(self, calibration: str) -> bool:
-        try:
-            check_calibration(calibration)
-        except ValueError as e:
-            raise QuailError(str(e)) from None
-        return (self.own_calibration if calibration == "auto" else calibration) == "contextual"
+        return calibrates(self.loaded.name, calibration)
 
     def content_free(self) -> list[list[int]]:
         """The documents contextual calibration asks every question of."""
         return [self.layout.document(text) for text in CONTENT_FREE]
 
-    def _store(self, reuse: bool | Reuse) -> "Store | None":
-        return self.store if _reuse(reuse).store else None
+    def _run(self, reuse: bool | Reuse, retain: bool | Retain | None,
+             progress: Callable[[int, int], None] | None) -> Run:
+        """reuse True: every mechanism; False: compute every prompt from scratch. retain True: keep the
+        documents' KV for any later operator of this session, until cleared."""
+        reuse = reuse if isinstance(reuse, Reuse) else Reuse() if reuse else Reuse.none()
+        stored = Stored(self.store, self.loaded.identity) if self.store is not None and reuse.store else None
+        return Run(self.engine, reuse, Retain() if retain is True else retain or None, progress, stored)
 
-    def _calibration(self, calibration: str) -> str:
-        return "contextual" if self.calibrating(calibration) else "none"
-
-    def filter_keys(self, questions: list[list[int]], docs: list[list[int]], calibration: str) -> list[list[bytes]]:
-        """The answer store's keys of each document's answer to each predicate."""
-        cal = self._calibration(calibration)
-        asked = [f"filter\x1f{cal}\x1f{q}" for q in questions]
-        return [[answer_key(self.loaded.identity, a, d) for a in asked] for d in docs]
-
-    def classify_keys(self, question: list[int], labels: list[list[int]], docs: list[list[int]],
-                      calibration: str) -> list[bytes]:
-        cal = self._calibration(calibration)
-        # labels that begin others are scored as stopping there; answers stored before were not
-        ends = "\x1fends" if any(a != b and b[:len(a)] == a for a in labels for b in labels) else ""
-        asked = f"classify\x1f{cal}\x1f{question}\x1f{labels}{ends}"
-        return [answer_key(self.loaded.identity, asked, d) for d in docs]
-
-    @staticmethod
-    def known(store: "Store", keys: list[list[bytes]], touch: bool = True) -> list[list[float | None]]:
-        """Per document, each stored answer's single value (a P(yes)), or None."""
-        found = store.get([k for row in keys for k in row], 1, touch)
-        return [[found[k][0] if k in found else None for k in row] for row in keys]
-
-    def _asked(self, docs: list[list[int]], questions: list[list[int]], threshold: float, reuse: bool | Reuse,
-               retain: bool | Retain | None = None, progress: Callable[[int, int], None] | None = None,
-               bias: list[float] | None = None, limit: int | None = None,
-               calibration: str = "auto") -> tuple[FilterResult, Stats]:
-        """run_filter, with the answers the store holds and keeping the new ones."""
-        store = self._store(reuse)
-        keys = self.filter_keys(questions, docs, calibration) if store is not None else None
-        known = self.known(store, keys) if store is not None and keys else None
-        result, stats = run_filter(self.engine, docs, questions, self.layout.yes_no, threshold, limit, _reuse(reuse),
-                                   _retain(retain), progress, bias, known)
-        if store is not None and keys:
-            store.put((keys[i][k], [p]) for i, raw in enumerate(result.raw_p_yes) if i not in result.from_store
-                      for k, p in enumerate(raw) if p is not None)
-        return result, stats
+    def _probes(self, calibration: str) -> list[list[int]] | None:
+        """The content-free documents, where this model calibrates."""
+        return self.content_free() if self.calibrating(calibration) else None
 
     def filter(self, texts: list[str], predicates: list[str], threshold: float = 0.5, limit: int | None = None,
                reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,
@@ -237,68 +135,17 @@ class Session:
                calibration: str = "auto") -> tuple[FilterResult, Stats]:
         """calibration: "contextual" divides each predicate's content-free P(yes) out (ops/calibration.py)."""
         questions = render_filter(self.layout, predicates)
-        docs = self.documents(texts, self.layout.documents, max(map(len, questions)), truncate, rows)
-        bias, probe_stats = None, None
-        if self.calibrating(calibration):  # threshold 0: the content-free documents are asked every predicate
-            probe, probe_stats = self._asked(self.content_free(), questions, 0.0, reuse, calibration=calibration)
-            bias = column_means(probe.p_yes)
-        result, stats = self._asked(docs.tokens, questions, threshold, reuse, retain, progress, bias, limit,
-                                    calibration)
-        stats.rows_truncated = docs.truncated
-        return result, stats.merge(probe_stats) if probe_stats else stats
-
-    def _labelled(self, docs: list[list[int]], q: list[int], label_tokens: list[list[int]], reuse: bool | Reuse,
-                  retain: bool | Retain | None = None, progress: Callable[[int, int], None] | None = None,
-                  calibration: str = "auto") -> tuple[ClassifyResult, Stats]:
-        """run_classify, with the answers the store holds and keeping the new ones."""
-        store = self._store(reuse)
-        keys = self.classify_keys(q, label_tokens, docs, calibration) if store is not None else None
-        found = store.get(keys, len(label_tokens)) if store is not None and keys else {}
-        result, stats = run_classify(self.engine, docs, q, label_tokens, _reuse(reuse), _retain(retain), progress,
-                                     [found.get(k) for k in keys] if keys else None)
-        if store is not None and keys:
-            store.put((keys[i], p) for i, p in enumerate(result.probabilities) if i not in result.from_store)
-        return result, stats
+        docs = fit(texts, self.layout.documents, self.context, max(map(len, questions)), truncate, rows)
+        return stored_filter(self._run(reuse, retain, progress), docs, questions, self.layout.yes_no, threshold, limit,
+                             self._probes(calibration))
 
     def classify(self, texts: list[str], labels: list[str], question: str | None = None, reuse: bool | Reuse = True,
                  retain: bool | Retain | None = None, truncate: bool = False,
                  progress: Callable[[int, int], None] | None = None, rows: list[int] | None = None,
                  calibration: str = "auto", descriptions: tuple[str, ...] = ()) -> tuple[ClassifyResult, Stats]:
         q, label_tokens = render_classify(self.layout, question or DEFAULT_QUESTION, labels, descriptions)
-        docs = self.documents(texts, self.layout.documents, len(q) + max(map(len, label_tokens)), truncate, rows)
-        result, stats = self._labelled(docs.tokens, q, label_tokens, reuse, retain, progress, calibration)
-        stats.rows_truncated = docs.truncated
-        if self.calibrating(calibration):
-            probe, probe_stats = self._labelled(self.content_free(), q, label_tokens, reuse, calibration=calibration)
-            bias = column_means(probe.probabilities)
-            result.probabilities = [labels_given(p, bias) for p in result.probabilities]
-            result.labels = [max(range(len(p)), key=p.__getitem__) for p in result.probabilities]
-            stats.merge(probe_stats)
-        return result, stats
-
-    def pair_room(self, condition: list[int]) -> int:
-        return pair_room(self.context, len(condition))
-
-    def join_keys(self, condition: list[int], anchors: list[list[int]], partners: list[list[int]],
-                  calibration: str) -> list[list[bytes]]:
-        """The answer store's keys of each pair: a left row, then a right row."""
-        cal = self._calibration(calibration)
-        asked = f"join\x1f{cal}\x1f{condition}"
-        return [[answer_key(self.loaded.identity, asked, a + [-1] + p) for p in partners] for a in anchors]
-
-    def _paired(self, anchors: list[list[int]], partners: list[list[int]], cond: list[int], reuse: bool | Reuse,
-                retain: bool | Retain | None = None, progress: Callable[[int, int], None] | None = None,
-                calibration: str = "auto") -> tuple[JoinResult, Stats]:
-        """run_join, with the answers the store holds and keeping the new ones."""
-        store = self._store(reuse)
-        keys = self.join_keys(cond, anchors, partners, calibration) if store is not None and partners else None
-        known = self.known(store, keys) if store is not None and keys else None
-        result, stats = run_join(self.engine, anchors, partners, cond, self.layout.yes_no, _reuse(reuse),
-                                 _retain(retain), progress, known)
-        if store is not None and keys:
-            store.put((keys[i][j], [p]) for i, row in enumerate(result.p_yes) if i not in result.from_store
-                      for j, p in enumerate(row))
-        return result, stats
+        docs = fit(texts, self.layout.documents, self.context, len(q) + max(map(len, label_tokens)), truncate, rows)
+        return stored_classify(self._run(reuse, retain, progress), docs, q, label_tokens, self._probes(calibration))
 
     def join(self, left: list[str], right: list[str], condition: str, reuse: bool | Reuse = True,
              retain: bool | Retain | None = None, truncate: bool = False,
@@ -308,112 +155,39 @@ class Session:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
         cond = render_join(self.layout, condition, partner)
-        other = self.context - self.pair_room(cond)  # what follows one document of a pair at most
-        partners = self.documents(right, lambda texts: self.layout.partners(texts, partner), other, truncate,
-                                  right_rows, "right row")
-        anchors = self.documents(left, self.layout.documents, other, truncate, left_rows, "left row")
-        result, stats = self._paired(anchors.tokens, partners.tokens, cond, reuse, retain, progress, calibration)
-        stats.rows_truncated = anchors.truncated + partners.truncated
-        if self.calibrating(calibration):
-            probe, probe_stats = self._paired(self.content_free(), partners.tokens, cond, reuse,
-                                              calibration=calibration)
-            bias = column_means(probe.p_yes)
-            result.p_yes = [[yes_given(p, b) for p, b in zip(row, bias)] for row in result.p_yes]
-            stats.merge(probe_stats)
-        return result, stats
+        other = self.context - pair_room(self.context, len(cond))  # what follows one document of a pair at most
+        partners = fit(right, lambda texts: self.layout.partners(texts, partner), self.context, other, truncate,
+                       right_rows, "right row")
+        anchors = fit(left, self.layout.documents, self.context, other, truncate, left_rows, "left row")
+        return stored_join(self._run(reuse, retain, progress), anchors, partners, cond, self.layout.yes_no,
+                           self._probes(calibration))
 
-    @functools.cached_property
-    def _grammar_tokenizer(self) -> "LLTokenizer":
-        """The tokenizer as the grammar library reads it: built once (half a second on 152k tokens)."""
-        return llg_tokenizer(self.loaded.tokenizer.json(), self.loaded.config.vocab_size, self._stop[0])
-
-    @property
-    def _stop(self) -> list[int]:
-        stop = self.loaded.tokenizer.stop_ids
-        if not stop:
-            raise QuailError(f"{self.loaded.name}'s tokenizer has no end-of-text token: it cannot extract or map")
-        return stop
-
-    def written_keys(self, asked: str, docs: list[list[int]]) -> list[bytes]:
-        """The answer store's keys of each document's written output; `asked` names the kind, its
-        prompt, its schema and max_new_tokens."""
-        return [answer_key(self.loaded.identity, asked, d) for d in docs]
-
-    def _written(self, texts: list[str], question: list[int], grammar: Grammar, most: int, asked: str,
-                 reuse: bool | Reuse, retain: bool | Retain | None, truncate: bool,
-                 progress: Callable[[int, int], None] | None, rows: list[int] | None,
-                 readable: Callable[[Written], bool] = lambda w: True) -> tuple[GenerateResult, Stats]:
-        """run_generate, with the outputs the store holds and keeping the new ones. `readable`: whether
-        an output can be read as the kind's result; a stored one that cannot is a miss, a computed
-        one that cannot is not stored."""
-        docs = self.documents(texts, self.layout.documents, len(question) + most, truncate, rows)
-        store = self._store(reuse)
-        keys = self.written_keys(asked, docs.tokens) if store is not None else None
-        found = store.get(keys, WRITTEN) if store is not None and keys else {}
-        known = [self._stored_written(found.get(k), readable) for k in keys] if keys else None
-        result, stats = run_generate(self.engine, docs.tokens, question, grammar, most, _reuse(reuse),
-                                     _retain(retain), progress, known)
-        if store is not None and keys:
-            store.put((keys[i], [float(w.truncated), *map(float, w.tokens)]) for i, w in enumerate(result.written)
-                      if i not in result.from_store and readable(w))
-        stats.rows_truncated = docs.truncated
-        return result, stats
-
-    def _stored_written(self, value: list | None, readable: Callable[[Written], bool]) -> Written | None:
-        """A stored output, or None where there is none or it holds a token the model lacks or cannot be read."""
-        if value is None:
-            return None
-        w = Written(tuple(int(t) for t in value[1:]), bool(value[0]))
-        return w if all(t < self.loaded.config.vocab_size for t in w.tokens) and readable(w) else None
-
-    @staticmethod
-    def extract_asked(question: list[int], fields: tuple[FieldSpec, ...], most: int) -> str:
-        return (f"extract\x1f{question}\x1f{json.dumps(json_schema(fields), sort_keys=True)}\x1f{most}"
-                f"\x1f{JSON_SEPARATORS}")
-
-    @staticmethod
-    def map_asked(question: list[int], most: int) -> str:
-        return f"map\x1f{question}\x1f{most}"
+    def extract_grammar(self, fields: tuple[FieldSpec, ...]) -> JsonSchema:
+        return self.grammars.json(json_schema(fields))
 
     def extract(self, texts: list[str], fields: tuple[FieldSpec, ...] | list[FieldSpec],
                 instruction: str = DEFAULT_INSTRUCTION, max_new_tokens: int | None = None,
                 reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,
                 progress: Callable[[int, int], None] | None = None,
-                rows: list[int] | None = None) -> tuple[Extraction, Stats]:
+                rows: list[int] | None = None) -> tuple[ExtractResult, Stats]:
         """Each text's fields (kinds/extract.py: `parse_fields` reads a mapping, a JSON Schema or a
         pydantic model into them), written as JSON held to their schema; a row cut at
         max_new_tokens is truncated and its fields None."""
-        fields = tuple(fields)
-        most = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        fields, most = tuple(fields), most_written(max_new_tokens)
         grammar = self.extract_grammar(fields)
         question = render_extract(self.layout, instruction, fields)
-
-        def read(w: Written) -> tuple[dict, list[str]] | None:
-            return read_fields(fields, self.loaded.tokenizer.decode(list(w.tokens)))
-
-        result, stats = self._written(texts, question, grammar, most, self.extract_asked(question, fields, most), reuse,
-                                      retain, truncate, progress, rows, lambda w: w.truncated or read(w) is not None)
-        values: list[dict | None] = []
-        invalid: list[list[str]] = []
-        for w in result.written:
-            got = None if w.truncated else read(w)
-            values.append(got[0] if got else None)
-            # held to the schema as it was written, it reads back; if not, no field is trusted
-            invalid.append(got[1] if got else [] if w.truncated else [f.name for f in fields])
-        return Extraction(values, [w.truncated for w in result.written], invalid, result), stats
-
-    def extract_grammar(self, fields: tuple[FieldSpec, ...]) -> JsonSchema:
-        return JsonSchema(self._grammar_tokenizer, json_schema(fields), self.loaded.config.vocab_size, self._stop[0])
+        docs = fit(texts, self.layout.documents, self.context, len(question) + most, truncate, rows)
+        return run_extract(self._run(reuse, retain, progress), docs, question, fields, most, grammar,
+                           self.loaded.tokenizer.decode, self.grammars.vocab)
 
     def map(self, texts: list[str], instruction: str, max_new_tokens: int | None = None,
             reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,
             progress: Callable[[int, int], None] | None = None,
-            rows: list[int] | None = None) -> tuple[Mapped, Stats]:
+            rows: list[int] | None = None) -> tuple[MapResult, Stats]:
         """The text written for each text by `instruction`, to the end of the model's reply; a row cut
         at max_new_tokens is truncated (its text is what was written)."""
-        most = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        most, grammar = most_written(max_new_tokens), self.grammars.free_text()
         question = render_map(self.layout, instruction)
-        result, stats = self._written(texts, question, FreeText(self._stop), most, self.map_asked(question, most),
-                                      reuse, retain, truncate, progress, rows)
-        texts_out = [self.loaded.tokenizer.decode(list(w.tokens)).strip() for w in result.written]
-        return Mapped(texts_out, [w.truncated for w in result.written], result), stats
+        docs = fit(texts, self.layout.documents, self.context, len(question) + most, truncate, rows)
+        return run_map(self._run(reuse, retain, progress), docs, question, most, grammar, self.loaded.tokenizer.decode,
+                       self.grammars.vocab)

@@ -3,12 +3,22 @@ prompts and the tokens its prediction needs. Pure: no torch, no pyarrow, nothing
 model. How a kind computes and shapes its output is its run-time class (quail/runtime/)."""
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from quail.errors import QuailError
 from quail.kinds.settings import Settings
 from quail.specs import OperatorSpec
+
+# The answer store's key of what was asked and a document, for one model (store/keys.py `answer_key`
+# with the model's identity bound): a kind's `keys` say what each of its answers is keyed by.
+Key = Callable[[str, list[int]], bytes]
+
+
+def calibration_word(calibrated: bool) -> str:
+    """How a key names whether contextual calibration was on (ops/calibration.py)."""
+    return "contextual" if calibrated else "none"
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,7 @@ class OperatorKind:
 
     def document_room(self, t: OperatorTokens, context: int) -> int:
         """The most tokens a document keeps under --truncate: the context less what follows it in
-        its longest prompt (as Session cuts them)."""
+        its longest prompt (as ops/prompts.py `fit` cuts them)."""
         return context - max(t.questions) - t.written
 
     def check_room(self, layout: Layout, spec: OperatorSpec, context: int, where: str) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 from pydantic import BeforeValidator
 
 from quail.errors import QuailError
-from quail.kinds.base import Layout, OperatorKind, OperatorTokens
+from quail.kinds.base import Key, Layout, OperatorKind, OperatorTokens, calibration_word
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Settings, Text, cascade_from_args
 from quail.kinds.words import DEFAULT_QUESTION, check_choices
 from quail.specs import OperatorSpec
@@ -35,6 +35,15 @@ def render(layout: Layout, question: str, labels: Sequence[str],
     """The question's prompt after the document, and each label's tokens: the one rendering that
     prediction, the answer store's keys and the session share."""
     return layout.label_question(question, list(labels), descriptions), [layout.label(x) for x in labels]
+
+
+def keys(key: Key, question: list[int], labels: list[list[int]], docs: list[list[int]],
+         calibrated: bool) -> list[list[bytes]]:
+    """The answer store's key of each document's labels' raw probabilities (one a row)."""
+    # labels that begin others are scored as stopping there; answers stored before were not
+    ends = "\x1fends" if any(a != b and b[:len(a)] == a for a in labels for b in labels) else ""
+    asked = f"classify\x1f{calibration_word(calibrated)}\x1f{question}\x1f{labels}{ends}"
+    return [[key(asked, d)] for d in docs]
 
 
 def top_columns(k: int) -> list[str]:

@@ -21,18 +21,21 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
-    ValidationInfo,
     create_model,
 )
 
-from quail.kinds.base import Layout, OperatorKind, OperatorTokens
+from quail.kinds.base import Layout, OperatorTokens
 from quail.kinds.settings import Name, Settings, Text
 from quail.kinds.words import check_choices
+from quail.kinds.writes import RESERVED, NewTokens, Writes, add_max_new_tokens, check_writing, most_written
 from quail.specs import FIELD_TYPES, FieldSpec, OperatorSpec
 
 DEFAULT_INSTRUCTION = "Extract these fields from the document."
-DEFAULT_MAX_NEW_TOKENS = 256
-RESERVED = ("row", "truncated", "invalid")  # columns the answers carry besides the fields
+# One line with json.dumps' separators: the form models saw most. Without the spaces, the 0.5B
+# wrote null for every nationality of bench/extract_quality.py's people; with free whitespace it
+# wrote the same answers in a third more tokens. The grammar writes with them (ops/grammar.py), and
+# they are part of a stored extraction's key (`asked`).
+JSON_SEPARATORS = (", ", ": ")
 INT_DIGITS = 18  # the most an int field's number is written with: so no serial runs to the token budget
 _WORDS = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false",
           "date": "a date, YYYY-MM-DD", "list[str]": "a list of texts"}
@@ -146,20 +149,7 @@ def parse_fields(value: Any) -> tuple[FieldSpec, ...]:
                      "pydantic model class, or a list of NAME:TYPE[=DESCRIPTION]")
 
 
-def _tokens(value: Any, info: ValidationInfo) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"{info.field_name!r} must be a whole number of tokens, got {value!r}")
-    return value
-
-
 Fields = Annotated[tuple[FieldSpec, ...], BeforeValidator(parse_fields)]
-NewTokens = Annotated[int | None, BeforeValidator(_tokens)]
-
-
-def check_writing(max_new_tokens: int | None) -> None:
-    """What an extract and a map both refuse: a budget of no tokens."""
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
 
 
 def json_schema(fields: tuple[FieldSpec, ...]) -> dict:
@@ -185,6 +175,14 @@ def instruction_text(instruction: str, fields: tuple[FieldSpec, ...]) -> str:
 def render(layout: Layout, instruction: str, fields: tuple[FieldSpec, ...]) -> list[int]:
     """The prompt after the document: the one rendering that prediction and the session share."""
     return layout.writing_question(instruction_text(instruction, fields))
+
+
+def asked(question: list[int], fields: tuple[FieldSpec, ...], most: int) -> str:
+    """What a written output's key in the answer store names besides the model and the document
+    (kinds/writes.py `keys`): the prompt after the document, the fields' schema, max_new_tokens and
+    the JSON's separators."""
+    return (f"extract\x1f{question}\x1f{json.dumps(json_schema(fields), sort_keys=True)}\x1f{most}"
+            f"\x1f{JSON_SEPARATORS}")
 
 
 @functools.lru_cache(maxsize=64)
@@ -246,11 +244,11 @@ class ExtractSettings(Settings):
     column: Name
     fields: Fields
     instruction: Text = None  # DEFAULT_INSTRUCTION when none is given
-    max_new_tokens: NewTokens = None  # DEFAULT_MAX_NEW_TOKENS when none is given
+    max_new_tokens: NewTokens = None  # kinds/writes.py `most_written` when none is given
 
     def spec(self, name: str, output: str | None) -> OperatorSpec:
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.instruction or DEFAULT_INSTRUCTION,),
-                            fields=self.fields, max_new_tokens=self.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                            fields=self.fields, max_new_tokens=most_written(self.max_new_tokens),
                             calibration="none", output=output)  # written, not read off one position
 
     @classmethod
@@ -275,24 +273,6 @@ class ExtractSettings(Settings):
                 raise ValueError(f"field name {n!r} must be non-empty, printable text")
             if n.casefold() in RESERVED:
                 raise ValueError(f"field name {n!r} is a column the output has besides the fields; rename it")
-
-
-class Writes(OperatorKind):
-    """What an extract and a map share: one prompt per row after the document, then what it writes."""
-
-    def asks_more_than_once(self, spec: OperatorSpec) -> bool:
-        return False
-
-    def written(self, docs: list[list[int]], question: list[int], spec: OperatorSpec) -> OperatorTokens:
-        return OperatorTokens(docs, [len(question)], written=spec.max_new_tokens or 0)
-
-    def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
-        return [(1.0, t.questions[0])], 0
-
-
-def add_max_new_tokens(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-new-tokens", type=int, help=f"the most tokens written per row (default "
-                                                      f"{DEFAULT_MAX_NEW_TOKENS})")
 
 
 class Extract(Writes):

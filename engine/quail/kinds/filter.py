@@ -5,7 +5,7 @@ import argparse
 from collections.abc import Sequence
 from typing import ClassVar, cast
 
-from quail.kinds.base import Layout, OperatorKind, OperatorTokens
+from quail.kinds.base import Key, Layout, OperatorKind, OperatorTokens, calibration_word
 from quail.kinds.settings import (
     Calibration,
     CascadeSetting,
@@ -25,6 +25,12 @@ def render(layout: Layout, predicates: Sequence[str]) -> list[list[int]]:
     """Each predicate's prompt after the document: the one rendering that prediction, the answer
     store's keys and the session share."""
     return [layout.yes_no_question(p) for p in predicates]
+
+
+def keys(key: Key, questions: list[list[int]], docs: list[list[int]], calibrated: bool) -> list[list[bytes]]:
+    """The answer store's keys of each document's raw P(yes) for each predicate (its prompt's tokens)."""
+    asked = [f"filter\x1f{calibration_word(calibrated)}\x1f{q}" for q in questions]
+    return [[key(a, d) for a in asked] for d in docs]
 
 
 def stored_prompts(doc: list[int], questions: list[list[int]], asked: int) -> list[tuple[int, str]]:

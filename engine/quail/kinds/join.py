@@ -5,7 +5,7 @@ pair is ranked within its left row: 1 is the highest P(yes), ties going to the e
 import argparse
 from typing import ClassVar, cast
 
-from quail.kinds.base import Layout, OperatorKind, OperatorTokens
+from quail.kinds.base import Key, Layout, OperatorKind, OperatorTokens, calibration_word
 from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Number, Settings, Texts, cascade_from_args
 from quail.kinds.words import ANCHOR, partner_name
 from quail.prefix_tree import stem
@@ -27,6 +27,14 @@ def render(layout: Layout, condition: str, name: str) -> list[int]:
     """The condition's prompt after a pair (a right row named `name`): the one rendering that
     prediction, the answer store's keys and the session share."""
     return layout.pair_question(condition, name)
+
+
+def keys(key: Key, condition: list[int], anchors: list[list[int]], partners: list[list[int]],
+         calibrated: bool) -> list[list[bytes]]:
+    """The answer store's keys of each pair's raw P(yes): per left row, one per right row (the pair's
+    document: the left row's tokens, -1, the right row's)."""
+    asked = f"join\x1f{calibration_word(calibrated)}\x1f{condition}"
+    return [[key(asked, a + [-1] + p) for p in partners] for a in anchors]
 
 
 class JoinSettings(Settings):

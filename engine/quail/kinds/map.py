@@ -5,8 +5,8 @@ import argparse
 from typing import ClassVar
 
 from quail.kinds.base import Layout, OperatorTokens
-from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS, RESERVED, NewTokens, Writes, add_max_new_tokens, check_writing
 from quail.kinds.settings import Name, Settings, Text
+from quail.kinds.writes import RESERVED, NewTokens, Writes, add_max_new_tokens, check_writing, most_written
 from quail.specs import OperatorSpec
 
 DEFAULT_COLUMN = "mapped"
@@ -17,6 +17,12 @@ def render(layout: Layout, instruction: str) -> list[int]:
     return layout.writing_question(instruction)
 
 
+def asked(question: list[int], most: int) -> str:
+    """What a written output's key in the answer store names besides the model and the document
+    (kinds/writes.py `keys`): the prompt after the document and max_new_tokens."""
+    return f"map\x1f{question}\x1f{most}"
+
+
 class MapSettings(Settings):
     kind: ClassVar[str] = "map"
     question_word: ClassVar[str] = "instruction"
@@ -25,12 +31,12 @@ class MapSettings(Settings):
     column: Name
     instruction: Text
     output_column: Name = DEFAULT_COLUMN
-    max_new_tokens: NewTokens = None  # DEFAULT_MAX_NEW_TOKENS when none is given
+    max_new_tokens: NewTokens = None  # kinds/writes.py `most_written` when none is given
 
     def spec(self, name: str, output: str | None) -> OperatorSpec:
         return OperatorSpec(name, self.kind, (self.input,), (self.column,), (self.instruction or "",),
                             output_column=self.output_column,
-                            max_new_tokens=self.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, calibration="none",
+                            max_new_tokens=most_written(self.max_new_tokens), calibration="none",
                             output=output)
 
     @classmethod

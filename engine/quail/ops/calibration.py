@@ -6,7 +6,23 @@ deterministic function of the question and the model, and reuse never changes it
 
 from collections.abc import Sequence
 
+from quail.errors import QuailError
+from quail.kinds.settings import check_calibration
+from quail.model.registry import EMBEDDED
+
 CONTENT_FREE = ("N/A", "", "[N/A]")
+
+
+def calibrates(model: str, calibration: str) -> bool:
+    """Whether `calibration` means contextual calibration for the model of that name: "auto" is the
+    registry's choice for an embedded model (measured on bench/data), none for any other."""
+    try:
+        check_calibration(calibration)
+    except ValueError as e:
+        raise QuailError(str(e)) from None
+    if calibration == "auto":
+        calibration = embedded.calibration if (embedded := EMBEDDED.get(model)) else "none"
+    return calibration == "contextual"
 
 
 def column_means(rows: Sequence[Sequence[float | None]]) -> list[float]:

@@ -2,7 +2,7 @@
 rewound document+question state, so labels sharing a first token are told apart correctly, and a
 label that begins another is scored as the answer that stops there (ops/answers.label_scores)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
@@ -10,9 +10,12 @@ from quail.executor.program import Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
 from quail.kinds.base import OperatorTokens
-from quail.kinds.classify import Classify
+from quail.kinds.classify import Classify, keys
+from quail.ops.calibration import column_means, labels_given
 from quail.ops.from_store import with_stored
+from quail.ops.prompts import Documents
 from quail.ops.scoring import label_probabilities, label_scores
+from quail.ops.stored import Run, Value, with_answers
 from quail.reuse import Retain, Reuse
 
 
@@ -132,3 +135,39 @@ def run_classify(
     probs, stats = engine.run(programs, progress, reuse)
     best = [max(range(len(p)), key=p.__getitem__) for p in probs]
     return ClassifyResult(probs, best), stats
+
+
+@dataclass(frozen=True)
+class ClassifyAnswers:
+    """A classify's stored answers: a row's labels' raw probabilities (before calibration), under one key."""
+
+    width: int  # the number of labels
+
+    def known(self, row: list[Value | None]) -> list[float] | None:
+        return row[0]
+
+    def values(self, result: ClassifyResult) -> Iterable[list[Value | None]]:
+        return ([p] for p in result.probabilities)
+
+
+def stored_classify(run: Run, docs: Documents, question: list[int], labels: list[list[int]],
+                    probes: list[list[int]] | None = None) -> tuple[ClassifyResult, Stats]:
+    """run_classify with the answers the store holds, keeping the new ones. `probes`: contextual
+    calibration's content-free documents (ops/calibration.py), labelled after the documents (keeping
+    nothing); their mean probability per label is divided out, and each row's best label chosen again."""
+    def asked(docs: list[list[int]], main: bool) -> tuple[ClassifyResult, Stats]:
+        return with_answers(run.stored, lambda key: keys(key, question, labels, docs, probes is not None),
+                            ClassifyAnswers(len(labels)),
+                            lambda known: run_classify(run.engine, docs, question, labels, run.reuse,
+                                                       run.retain if main else None,
+                                                       run.progress if main else None, known))
+
+    result, stats = asked(docs.tokens, True)
+    stats.rows_truncated = docs.truncated
+    if probes is not None:
+        probe, probe_stats = asked(probes, False)
+        bias = column_means(probe.probabilities)
+        result.probabilities = [labels_given(p, bias) for p in result.probabilities]
+        result.labels = [max(range(len(p)), key=p.__getitem__) for p in result.probabilities]
+        stats.merge(probe_stats)
+    return result, stats

@@ -5,18 +5,20 @@ keep the document's KV, drop the question's, ask the next question on the same s
 the document's KV when it fails or nothing later needs it.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
-from quail.kinds.filter import stored_prompts
+from quail.kinds.filter import keys, stored_prompts
+from quail.ops.calibration import column_means
 from quail.ops.from_store import with_stored
-from quail.ops.prompts import YesNoTokens
+from quail.ops.prompts import Documents, YesNoTokens
 from quail.ops.rewind import calibrated, decided, passed
 from quail.ops.scoring import p_yes
+from quail.ops.stored import Run, Value, YesNo, with_answers
 from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
 
@@ -136,3 +138,31 @@ def run_filter(
     if total is None:
         _, total = engine.run([])
     return result, total
+
+
+class FilterAnswers(YesNo):
+    """A filter's stored answers: each predicate's raw P(yes) (before calibration), a key each."""
+
+    def values(self, result: FilterResult) -> Iterable[list[Value | None]]:
+        return ([None if p is None else [p] for p in raw] for raw in result.raw_p_yes)
+
+
+def stored_filter(run: Run, docs: Documents, questions: list[list[int]], yes_no: YesNoTokens, threshold: float = 0.5,
+                  limit: int | None = None, probes: list[list[int]] | None = None) -> tuple[FilterResult, Stats]:
+    """run_filter with the answers the store holds, keeping the new ones. `probes`: contextual
+    calibration's content-free documents (ops/calibration.py), asked every predicate first (at
+    threshold 0, keeping nothing); their mean P(yes) per predicate is divided out."""
+    def asked(docs: list[list[int]], threshold: float, main: bool, bias: list[float] | None = None,
+              limit: int | None = None) -> tuple[FilterResult, Stats]:
+        return with_answers(run.stored, lambda key: keys(key, questions, docs, probes is not None), FilterAnswers(),
+                            lambda known: run_filter(run.engine, docs, questions, yes_no, threshold, limit, run.reuse,
+                                                     run.retain if main else None, run.progress if main else None,
+                                                     bias, known))
+
+    bias, probe_stats = None, None
+    if probes is not None:
+        probe, probe_stats = asked(probes, 0.0, False)
+        bias = column_means(probe.p_yes)
+    result, stats = asked(docs.tokens, threshold, True, bias, limit)
+    stats.rows_truncated = docs.truncated
+    return result, stats.merge(probe_stats) if probe_stats else stats

@@ -3,18 +3,22 @@ arena. Each row is a program whose prompt is the document (its KV retained or sh
 and a question; each token it writes is then fed back, with the tokens the grammar forces after it
 (an extract's keys and punctuation), as one request, so rows' writing steps share forward passes
 with each other and with other rows' prompts (the scheduler batches them). The document's KV is
-rewound to and kept for later operators, as every kind keeps it."""
+rewound to and kept for later operators, as every kind keeps it. The answer store keeps each row's
+output (`WrittenAnswers`, `stored_generate`)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from quail.executor.engine import Engine
 from quail.executor.program import ALL, Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
+from quail.kinds.writes import keys
 from quail.ops.from_store import with_stored
 from quail.ops.grammar import Grammar
+from quail.ops.stored import Run, Value, with_answers
 from quail.reuse import Retain, Reuse
+from quail.store import WRITTEN
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,34 @@ def run_generate(engine: Engine, docs: list[list[int]], question: list[int], gra
     written, stats = engine.run(programs, progress, reuse)
     stats.tokens_generated += forced[0]
     return GenerateResult(written), stats
+
+
+@dataclass(frozen=True)
+class WrittenAnswers:
+    """Written outputs, one a row, each stored as whether it was truncated (1.0 or 0.0), then its
+    tokens. `readable`: whether an output can be read as its kind's result; a stored one that
+    cannot, or that holds a token the model lacks, is a miss, and a computed one that cannot is not
+    stored."""
+
+    vocab: int
+    readable: Callable[[Written], bool]
+    width = WRITTEN
+
+    def known(self, row: list[Value | None]) -> Written | None:
+        [value] = row
+        if value is None:
+            return None
+        w = Written(tuple(int(t) for t in value[1:]), bool(value[0]))
+        return w if all(t < self.vocab for t in w.tokens) and self.readable(w) else None
+
+    def values(self, result: GenerateResult) -> Iterable[list[Value | None]]:
+        return ([[float(w.truncated), *map(float, w.tokens)] if self.readable(w) else None] for w in result.written)
+
+
+def stored_generate(run: Run, docs: list[list[int]], question: list[int], grammar: Grammar, most: int, asked: str,
+                    vocab: int, readable: Callable[[Written], bool] = lambda w: True) -> tuple[GenerateResult, Stats]:
+    """run_generate with the outputs the store holds, keeping the new ones, each keyed by `asked` (the
+    kind's: kinds/extract.py, kinds/map.py) and its document; `vocab`: the model's tokens."""
+    return with_answers(run.stored, lambda key: keys(key, asked, docs), WrittenAnswers(vocab, readable),
+                        lambda known: run_generate(run.engine, docs, question, grammar, most, run.reuse, run.retain,
+                                                   run.progress, known))

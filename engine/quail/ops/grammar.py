@@ -6,6 +6,7 @@ llguidance was chosen by measurement (bench/README.md, "Grammar"): on Qwen2.5's 
 compiles a 5-field schema in about 1 ms and masks a step in about 0.02 ms, and installs as one wheel
 with no dependencies."""
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Protocol
@@ -13,6 +14,10 @@ from typing import Protocol
 import llguidance
 import llguidance.numpy as lt
 import numpy as np
+
+from quail.errors import QuailError
+from quail.kinds.extract import JSON_SEPARATORS
+from quail.model.tokenizer import Tokenizer
 
 
 class Matcher(Protocol):
@@ -67,12 +72,6 @@ class TextMatcher:
         return None
 
 
-# One line with json.dumps' separators: the form models saw most. Without the spaces, the 0.5B
-# wrote null for every nationality of bench/extract_quality.py's people; with free whitespace it
-# wrote the same answers in a third more tokens. Part of a stored extraction's key.
-JSON_SEPARATORS = (", ", ": ")
-
-
 def json_grammar(schema: str) -> str:
     """llguidance's grammar for a JSON Schema (given as JSON), written on one line with JSON_SEPARATORS."""
     return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={
@@ -125,3 +124,27 @@ def llg_tokenizer(tokenizer_json: str, vocab: int, stop: int) -> llguidance.LLTo
     ends a complete output. Building it takes about half a second on a 152k vocabulary: keep it."""
     return llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab, eos_token=stop)
 
+
+class Grammars:
+    """The grammars one model writes with, over its `vocab` rows: free text to one of its tokenizer's
+    end-of-text tokens, or JSON held to a schema. `name` names the model in errors."""
+
+    def __init__(self, tokenizer: Tokenizer, vocab: int, name: str) -> None:
+        self.tokenizer, self.vocab, self.name = tokenizer, vocab, name
+
+    @property
+    def stop(self) -> list[int]:
+        stop = self.tokenizer.stop_ids
+        if not stop:
+            raise QuailError(f"{self.name}'s tokenizer has no end-of-text token: it cannot extract or map")
+        return stop
+
+    @functools.cached_property
+    def _llg(self) -> llguidance.LLTokenizer:
+        return llg_tokenizer(self.tokenizer.json(), self.vocab, self.stop[0])
+
+    def free_text(self) -> FreeText:
+        return FreeText(self.stop)
+
+    def json(self, schema: dict) -> JsonSchema:
+        return JsonSchema(self._llg, schema, self.vocab, self.stop[0])

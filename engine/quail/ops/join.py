@@ -1,7 +1,7 @@
 """LLM join: left x right pairs under a natural-language condition. The anchor's (left row's) KV is
 computed once; each partner plus the condition is added on a fork of it, scored, and dropped."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import cast
@@ -10,9 +10,12 @@ from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
+from quail.kinds.join import keys
+from quail.ops.calibration import column_means, yes_given
 from quail.ops.from_store import with_stored
-from quail.ops.prompts import YesNoTokens
+from quail.ops.prompts import Documents, YesNoTokens
 from quail.ops.scoring import p_yes
+from quail.ops.stored import Run, Value, YesNo, with_answers
 from quail.prefix_tree import stem
 from quail.reuse import Retain, Reuse
 
@@ -118,3 +121,31 @@ def run_join(
         programs.append(Program(make(engine, anchor, partners, n_doc, yes_no, fan, retain), pages(fan), anchor))
     probs, stats = engine.run(programs if partners else [], progress, reuse)
     return JoinResult(probs if partners else [[] for _ in anchors]), stats
+
+
+class JoinAnswers(YesNo):
+    """A join's stored answers: each pair's raw P(yes) (before calibration), a key each."""
+
+    def values(self, result: JoinResult) -> Iterable[list[Value | None]]:
+        return ([[p] for p in row] for row in result.p_yes)
+
+
+def stored_join(run: Run, anchors: Documents, partners: Documents, condition: list[int], yes_no: YesNoTokens,
+                probes: list[list[int]] | None = None) -> tuple[JoinResult, Stats]:
+    """run_join with the answers the store holds, keeping the new ones. `probes`: contextual
+    calibration's content-free documents (ops/calibration.py), paired with every right row after the
+    left rows (keeping nothing); each right row's mean P(yes) over them is divided out of its pairs."""
+    def asked(lefts: list[list[int]], main: bool) -> tuple[JoinResult, Stats]:
+        return with_answers(run.stored, lambda key: keys(key, condition, lefts, partners.tokens, probes is not None),
+                            JoinAnswers(), lambda known: run_join(run.engine, lefts, partners.tokens, condition, yes_no,
+                                                                  run.reuse, run.retain if main else None,
+                                                                  run.progress if main else None, known))
+
+    result, stats = asked(anchors.tokens, True)
+    stats.rows_truncated = anchors.truncated + partners.truncated
+    if probes is not None:
+        probe, probe_stats = asked(probes, False)
+        bias = column_means(probe.p_yes)
+        result.p_yes = [[yes_given(p, b) for p, b in zip(row, bias)] for row in result.p_yes]
+        stats.merge(probe_stats)
+    return result, stats

@@ -7,7 +7,8 @@ with "Answer:", "Answer Yes or No." scored 1.00 on the sport filter where "Answe
 """
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from quail.errors import QuailError
 from quail.kinds.words import ANCHOR, SECOND
@@ -123,3 +124,36 @@ class PromptLayout:
 def _headed(name: str, texts: list[str]) -> list[str]:
     """Each text under its name, capitalised, as a heading line ("Headline:"), then a blank line."""
     return [f"{name[0].upper()}{name[1:]}:\n{t}\n\n" for t in texts]
+
+
+@dataclass
+class Documents:
+    """Tokenized documents that fit the model's context, and how many had to be cut."""
+
+    tokens: list[list[int]] = field(default_factory=list)
+    truncated: int = 0
+
+
+def fit(texts: list[str], render: Callable[[list[str]], list[list[int]]], context: int, suffix: int, truncate: bool,
+        rows: list[int] | None = None, what: str = "row") -> Documents:
+    """Tokenizes texts with `render` (texts -> token lists) for a model of `context` tokens; `suffix`
+    is the longest question that follows a document in one prompt. A document longer than its room
+    is refused, or cut with `truncate`. `rows` are the input row numbers that errors name."""
+    limit = context - suffix
+    out = Documents()
+    if not truncate and (long := next(((i, len(t)) for i, t in zip(rows or range(len(texts)), texts)
+                                       if len(t) > context * MAX_CHARS_PER_TOKEN), None)):
+        raise QuailError(f"{what} {long[0]}: the document is {long[1]:,} characters, far more than the model's "
+                         f"context holds ({limit:,} tokens after the question). Use --truncate to cut long "
+                         f"documents.")
+    for i, tokens in zip(rows or range(len(texts)), render(texts)):  # the layout cuts what it must
+        if len(tokens) > limit:
+            if not truncate:
+                raise QuailError(
+                    f"{what} {i}: the document is {len(tokens)} tokens with its prompt; the model's context "
+                    f"leaves {limit} for it after the question. Use --truncate to cut long documents."
+                )
+            tokens = tokens[:limit]
+            out.truncated += 1
+        out.tokens.append(tokens)
+    return out

@@ -5,20 +5,28 @@ happens where they are."""
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.kinds.base import OperatorKind
+from quail.ops.stored import Stored
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
+    from quail.store import Store
 
 Inputs = list[tuple[list[str], list[int]]]  # per input: its texts and their row numbers
+
+
+def stored(session: "Session") -> Stored:
+    """The session's answer store as its model uses it, for prediction's view (`store_hits`), which
+    is asked only where the session has one."""
+    return Stored(cast("Store", session.store), session.loaded.identity)
 
 
 class KindRuntime:

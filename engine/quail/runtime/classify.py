@@ -5,8 +5,10 @@ from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 
-from quail.kinds.classify import Classify, render, top_columns
-from quail.runtime.base import Inputs, KindRuntime
+from quail.kinds import kind_of
+from quail.kinds.classify import keys, render, top_columns
+from quail.ops.classify import ClassifyAnswers
+from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.runtime.outputs import scatter
 from quail.specs import OperatorSpec
 
@@ -14,11 +16,10 @@ if TYPE_CHECKING:
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
-    from quail.store import Store
 
 
 class ClassifyRuntime(KindRuntime):
-    kind = Classify()
+    kind = kind_of("classify")
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
                 retain: "Retain | None", truncate: bool,
@@ -52,10 +53,11 @@ class ClassifyRuntime(KindRuntime):
     def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
                    probes: bool) -> dict[int, int]:
         q, labels = render(session.layout, spec.questions[0], spec.labels, spec.descriptions)
-        keys = session.classify_keys(q, labels, docs, spec.calibration)
-        found = cast("Store", session.store).get(keys, len(labels), touch=False)
+        store = stored(session)
+        known = store.known(keys(store.key, q, labels, docs, session.calibrating(spec.calibration)),
+                            ClassifyAnswers(len(labels)), False)
         prompts = self.store_hits_all(session, spec, docs, partners)
-        return {i: prompts[i] for i, k in enumerate(keys) if k in found}
+        return {i: prompts[i] for i, p in enumerate(known) if p is not None}
 
 
 

@@ -2,21 +2,22 @@
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS, Extract, render
-from quail.runtime.base import Inputs, KindRuntime
-from quail.runtime.outputs import scatter
+from quail.kinds import kind_of
+from quail.kinds.extract import asked as extract_asked
+from quail.kinds.extract import render
+from quail.kinds.writes import most_written
+from quail.runtime.base import Inputs
+from quail.runtime.writes import WritesRuntime
 from quail.specs import FieldSpec, OperatorSpec
-from quail.store import WRITTEN
 
 if TYPE_CHECKING:
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
-    from quail.store import Store
 
 ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "date": pa.date32(),
          "enum": pa.string(), "list[str]": pa.list_(pa.string())}
@@ -27,29 +28,8 @@ def column(f: FieldSpec, values: list[Any]) -> pa.Array:
     return pa.array(values, ARROW[f.type])
 
 
-class WritesRuntime(KindRuntime):
-    """What an extract and a map share at run time: their columns placed beside the input's rows,
-    and the prediction's view of the outputs the answer store holds."""
-
-    def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
-        """What the store's keys name besides the document (Session.extract_asked, map_asked), and the
-        tokens of the prompt after the document."""
-        raise NotImplementedError
-
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
-        [table] = tables
-        return scatter(answers, table.num_rows, self.kind.columns_added(spec), source, table)
-
-    def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
-                   probes: bool) -> dict[int, int]:
-        asked, question = self.asked(session, spec)
-        keys = session.written_keys(asked, docs)
-        found = cast("Store", session.store).get(keys, WRITTEN, touch=False)
-        return {i: len(d) + question for i, (d, k) in enumerate(zip(docs, keys)) if k in found}
-
-
 class ExtractRuntime(WritesRuntime):
-    kind = Extract()
+    kind = kind_of("extract")
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
                 retain: "Retain | None", truncate: bool,
@@ -66,7 +46,7 @@ class ExtractRuntime(WritesRuntime):
 
     def written_observed(self, spec: OperatorSpec, answers: pa.Table,
                          encode: Callable[[list[str]], list[list[int]]]) -> dict[str, tuple[int, int]]:
-        """Each field's `"name": value` as the grammar writes it (ops/grammar.py JSON_SEPARATORS),
+        """Each field's `"name": value` as the grammar writes it (kinds/extract.py JSON_SEPARATORS),
         tokenized again: the written tokens split by field."""
         whole = [i for i, cut in enumerate(answers.column("truncated").to_pylist()) if not cut]
         if not whole:
@@ -80,4 +60,4 @@ class ExtractRuntime(WritesRuntime):
 
     def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
         q = render(session.layout, spec.questions[0], spec.fields)
-        return session.extract_asked(q, spec.fields, spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS), len(q)
+        return extract_asked(q, spec.fields, most_written(spec.max_new_tokens)), len(q)

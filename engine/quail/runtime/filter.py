@@ -2,15 +2,17 @@
 with `passed` and `p_yes_k`, under keep_all)."""
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quail.kinds.filter import Filter, render, stored_prompts
+from quail.kinds import kind_of
+from quail.kinds.filter import keys, render, stored_prompts
 from quail.ops.calibration import column_means
+from quail.ops.filter import FilterAnswers
 from quail.ops.rewind import decided
-from quail.runtime.base import Inputs, KindRuntime
+from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.runtime.outputs import scatter
 from quail.specs import OperatorSpec
 
@@ -18,11 +20,10 @@ if TYPE_CHECKING:
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
-    from quail.store import Store
 
 
 class FilterRuntime(KindRuntime):
-    kind = Filter()
+    kind = kind_of("filter")
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
                 retain: "Retain | None", truncate: bool,
@@ -56,14 +57,13 @@ class FilterRuntime(KindRuntime):
         questions = render(session.layout, spec.questions)
         threshold = 0.0 if probes else spec.threshold
         bias: list[float] | None = None
-        if not probes and session.calibrating(spec.calibration):  # the bias, from the stored probes
-            asked = session.known(cast("Store", session.store), session.filter_keys(questions, session.content_free(),
-                                                                                    spec.calibration), False)
+        calibrated, store = session.calibrating(spec.calibration), stored(session)
+        if not probes and calibrated:  # the bias, from the stored probes
+            asked = store.known(keys(store.key, questions, session.content_free(), calibrated), FilterAnswers(), False)
             if any(p is None for row in asked for p in row):
                 return {}
             bias = column_means(asked)
-        known = session.known(cast("Store", session.store), session.filter_keys(questions, docs, spec.calibration),
-                              False)
+        known = store.known(keys(store.key, questions, docs, calibrated), FilterAnswers(), False)
         return {i: sum(t for t, _ in stored_prompts(doc, questions, len(raw))) for i, (doc, row) in
                 enumerate(zip(docs, known)) if (raw := decided(row, questions, threshold, bias)) is not None}
 

@@ -2,24 +2,25 @@
 best `top_k` of them, if given), ranked within their left row."""
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quail.kinds.join import Join, partner, render
-from quail.runtime.base import Inputs, KindRuntime
+from quail.kinds import kind_of
+from quail.kinds.join import keys, pair_room, partner, render
+from quail.ops.join import JoinAnswers
+from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
     from quail.executor.stats import Stats
     from quail.reuse import Retain, Reuse
     from quail.session import Session
-    from quail.store import Store
 
 
 class JoinRuntime(KindRuntime):
-    kind = Join()
+    kind = kind_of("join")
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
                 retain: "Retain | None", truncate: bool,
@@ -53,10 +54,11 @@ class JoinRuntime(KindRuntime):
             return {}
         name = partner(spec)
         cond = render(session.layout, spec.questions[0], name)
-        room = session.pair_room(cond)
+        room = pair_room(session.context, len(cond))
         rights = [r[:room] for r in session.layout.partners(partners, name)]  # cut as the run cuts them
-        known = session.known(cast("Store", session.store), session.join_keys(cond, docs, rights, spec.calibration),
-                              False)
+        store = stored(session)
+        known = store.known(keys(store.key, cond, docs, rights, session.calibrating(spec.calibration)), JoinAnswers(),
+                            False)
         prompts = self.store_hits_all(session, spec, docs, partners)
         return {i: prompts[i] for i, row in enumerate(known) if None not in row}
 

@@ -5,10 +5,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from quail.kinds.extract import DEFAULT_MAX_NEW_TOKENS
-from quail.kinds.map import Map, render
+from quail.kinds import kind_of
+from quail.kinds.map import asked as map_asked
+from quail.kinds.map import render
+from quail.kinds.writes import most_written
 from quail.runtime.base import Inputs
-from quail.runtime.extract import WritesRuntime
+from quail.runtime.writes import WritesRuntime
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class MapRuntime(WritesRuntime):
-    kind = Map()
+    kind = kind_of("map")
 
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
                 retain: "Retain | None", truncate: bool,
@@ -38,4 +40,4 @@ class MapRuntime(WritesRuntime):
 
     def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
         q = render(session.layout, spec.questions[0])
-        return session.map_asked(q, spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS), len(q)
+        return map_asked(q, most_written(spec.max_new_tokens)), len(q)

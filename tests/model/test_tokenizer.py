@@ -39,6 +39,6 @@ def test_smollm2_tokenizer_matches_transformers():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not installed("qwen2.5-coder-0.5b"), reason="make demo installs qwen2.5-coder-0.5b")
+@pytest.mark.skipif(not installed("qwen2.5-coder-1.5b"), reason="make demo installs qwen2.5-coder-1.5b")
 def test_qwen_tokenizer_matches_transformers():
-    _compare("qwen2.5-coder-0.5b", nfc=True)
+    _compare("qwen2.5-coder-1.5b", nfc=True)

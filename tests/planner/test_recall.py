@@ -32,6 +32,7 @@ def test_the_bound_is_the_exact_hypergeometric_one():
             assert abs(tail(population, bound, sample, found) - cdf[bound]) < 1e-9
 
 
+@pytest.mark.simulation
 @pytest.mark.parametrize("target, delta", [(0.9, 0.05), (0.95, 0.05), (0.9, 0.1), (0.95, 0.1)])
 @pytest.mark.parametrize("hard, gap", [(0.1, 1.5), (0.3, 0.0)])  # some matches, or many, no likelier than noise
 def test_the_certificate_holds_over_1000_seeds(target, delta, hard, gap):
@@ -46,6 +47,7 @@ def test_the_certificate_holds_over_1000_seeds(target, delta, hard, gap):
     assert held >= (1 - delta) * 1000
 
 
+@pytest.mark.simulation
 def test_the_certified_bound_is_below_the_true_recall_on_nearly_every_seed():
     """The bound itself, not only the target: the output's recall at least its certified bound."""
     below = sum(truth[out].sum() / truth.sum() < cert.recall_lower
@@ -54,6 +56,7 @@ def test_the_certified_bound_is_below_the_true_recall_on_nearly_every_seed():
     assert below <= 0.05 * 300
 
 
+@pytest.mark.simulation
 def test_pairs_asked_fall_with_the_product():
     """One match a row, R 0.9, D 0.05: a median of at most 5% of a 1,000 x 1,000 product over five
     seeds (a first try whose sample finds a match below costs a second, about twice as much), and

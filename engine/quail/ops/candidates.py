@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from quail.planner.recall import draw_below
+
 BLOCK = 1024  # left rows a block: BLOCK x right rows of scores at once (80 MB at 10^4 right rows)
 BINS = 1 << 16  # score bins over [-1, 1]: a cut falls on an edge, 3e-5 apart
 
@@ -75,21 +77,9 @@ class VectorProduct:
         return int(np.searchsorted(self.edges, cut, side="left"))
 
     def sample_below(self, cut: float, n: int, rng: np.random.Generator, drawn: np.ndarray) -> np.ndarray:
-        """Pairs drawn from the whole product in order, each kept if below `cut` and new: a uniform
-        sample without replacement of the pairs below, with no list of them made."""
-        below = self.size - self.count_at_least(cut)
-        out, seen = [drawn], set(drawn.tolist())
-        need = min(n, below) - len(drawn)
         edge = self._edge(cut)
-        while need > 0:
-            batch = rng.integers(0, self.size, 2 * need + 16)
-            batch = batch[self._bin(self.score(batch)) < edge]
-            _, first = np.unique(batch, return_index=True)
-            fresh = [i for i in batch[np.sort(first)].tolist() if i not in seen][:need]
-            seen.update(fresh)
-            out.append(np.array(fresh, np.int64))
-            need -= len(fresh)
-        return np.concatenate(out)
+        return draw_below(self.size, lambda ids: self._bin(self.score(ids)) < edge,
+                          min(n, self.size - self.count_at_least(cut)), rng, drawn)
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:

@@ -170,19 +170,25 @@ class ScoredProduct:
         if below < self.size // 2:  # a small region: drawn from its list
             pool = np.setdiff1d(np.flatnonzero(self.scores < cut), drawn)
             return np.concatenate([drawn, rng.choice(pool, min(len(pool), n - len(drawn)), replace=False)])
-        # most of the product: pairs drawn from all of it, in order, keeping each new one below the cut
-        # (a uniform sample without replacement of the region), with no list of the region made
-        out, seen = [drawn], set(drawn.tolist())
-        need = min(n, below) - len(drawn)
-        while need > 0:
-            batch = rng.integers(0, self.size, 2 * need + 16)
-            batch = batch[self.scores[batch] < cut]
-            _, first = np.unique(batch, return_index=True)
-            fresh = [i for i in batch[np.sort(first)].tolist() if i not in seen][:need]
-            seen.update(fresh)
-            out.append(np.array(fresh, np.int64))
-            need -= len(fresh)
-        return np.concatenate(out)
+        return draw_below(self.size, lambda ids: self.scores[ids] < cut, min(n, below), rng, drawn)
+
+
+def draw_below(size: int, below: Callable[[np.ndarray], np.ndarray], n: int, rng: np.random.Generator,
+               drawn: np.ndarray) -> np.ndarray:
+    """`drawn` topped up to n pair ids: pairs drawn from the whole product in order, each kept if
+    `below` says so and new, which is a uniform sample without replacement of the pairs below, with
+    no list of them made (the region below is most of the product)."""
+    out, seen = [drawn], set(drawn.tolist())
+    need = n - len(drawn)
+    while need > 0:
+        batch = rng.integers(0, size, 2 * need + 16)
+        batch = batch[below(batch)]
+        _, first = np.unique(batch, return_index=True)
+        fresh = [i for i in batch[np.sort(first)].tolist() if i not in seen][:need]
+        seen.update(fresh)
+        out.append(np.array(fresh, np.int64))
+        need -= len(fresh)
+    return np.concatenate(out)
 
 
 class Asked:

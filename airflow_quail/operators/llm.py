@@ -1,5 +1,5 @@
-"""LLM filter, classify, join, extract and map operators: each names its inputs and builds its spec;
-the rest is BaseLLMOperator's."""
+"""LLM filter, classify, join, extract and map operators: each declares its settings, template fields
+and docs; the rest is BaseLLMOperator's."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -12,7 +12,6 @@ from quail.kinds.extract import ExtractSettings, parse_fields
 from quail.kinds.filter import FilterSettings
 from quail.kinds.join import JoinSettings
 from quail.kinds.map import DEFAULT_COLUMN, MapSettings
-from quail.specs import OperatorSpec
 
 
 class LLMFilterOperator(BaseLLMOperator):
@@ -40,13 +39,9 @@ class LLMFilterOperator(BaseLLMOperator):
         self.limit, self.threshold = limit, threshold
         self._declare_assets(kwargs)
 
-    def inputs(self) -> list[tuple[str, str]]:
-        return [(self.source, self.text_column)]
-
-    def spec(self) -> OperatorSpec:
-        return FilterSettings.parse({"input": self.source, "column": self.text_column, "predicates": self.predicates,
-                                     "threshold": self.threshold, "limit": self.limit, "calibration": self.calibration,
-                                     "cascade": self.cascade}, f"task {self.task_id!r}").spec(self.task_id, self.target)
+    def settings_body(self) -> dict:
+        return {"input": self.source, "column": self.text_column, "predicates": self.predicates,
+                "threshold": self.threshold, "limit": self.limit}
 
 
 class LLMClassifyOperator(BaseLLMOperator):
@@ -75,14 +70,9 @@ class LLMClassifyOperator(BaseLLMOperator):
         self.top_k = top_k
         self._declare_assets(kwargs)
 
-    def inputs(self) -> list[tuple[str, str]]:
-        return [(self.source, self.text_column)]
-
-    def spec(self) -> OperatorSpec:
-        return ClassifySettings.parse({"input": self.source, "column": self.text_column, "labels": self.labels,
-                                       "question": self.question, "top_k": self.top_k,
-                                       "calibration": self.calibration, "cascade": self.cascade},
-                                      f"task {self.task_id!r}").spec(self.task_id, self.target)
+    def settings_body(self) -> dict:
+        return {"input": self.source, "column": self.text_column, "labels": self.labels, "question": self.question,
+                "top_k": self.top_k}
 
 
 class LLMJoinOperator(BaseLLMOperator):
@@ -108,6 +98,7 @@ class LLMJoinOperator(BaseLLMOperator):
     template_fields: Sequence[str] = ("left", "right", "target", "condition", "review_output", "quail_plan")
     template_fields_renderers = {"quail_plan": "json"}
     settings = JoinSettings
+    input_fields = (("left", "left_column"), ("right", "right_column"))
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
                  right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None, **kwargs: Any):
@@ -116,15 +107,10 @@ class LLMJoinOperator(BaseLLMOperator):
         self.condition, self.right_name, self.threshold, self.top_k = condition, right_name, threshold, top_k
         self._declare_assets(kwargs)
 
-    def inputs(self) -> list[tuple[str, str]]:
-        return [(self.left, self.left_column), (self.right, self.right_column)]
-
-    def spec(self) -> OperatorSpec:
-        return JoinSettings.parse({"left": self.left, "right": self.right, "left_column": self.left_column,
-                                   "right_column": self.right_column, "condition": self.condition,
-                                   "right_name": self.right_name, "threshold": self.threshold, "top_k": self.top_k,
-                                   "calibration": self.calibration, "cascade": self.cascade},
-                                  f"task {self.task_id!r}").spec(self.task_id, self.target)
+    def settings_body(self) -> dict:
+        return {"left": self.left, "right": self.right, "left_column": self.left_column,
+                "right_column": self.right_column, "condition": self.condition, "right_name": self.right_name,
+                "threshold": self.threshold, "top_k": self.top_k}
 
 
 class LLMExtractOperator(BaseLLMOperator):
@@ -161,13 +147,9 @@ class LLMExtractOperator(BaseLLMOperator):
         self.max_new_tokens = max_new_tokens
         self._declare_assets(kwargs)
 
-    def inputs(self) -> list[tuple[str, str]]:
-        return [(self.source, self.text_column)]
-
-    def spec(self) -> OperatorSpec:
-        return ExtractSettings.parse({"input": self.source, "column": self.text_column, "fields": self.fields,
-                                      "instruction": self.instruction, "max_new_tokens": self.max_new_tokens},
-                                     f"task {self.task_id!r}").spec(self.task_id, self.target)
+    def settings_body(self) -> dict:
+        return {"input": self.source, "column": self.text_column, "fields": self.fields,
+                "instruction": self.instruction, "max_new_tokens": self.max_new_tokens}
 
 
 class LLMMapOperator(BaseLLMOperator):
@@ -192,10 +174,6 @@ class LLMMapOperator(BaseLLMOperator):
         self.output_column, self.max_new_tokens = output_column, max_new_tokens
         self._declare_assets(kwargs)
 
-    def inputs(self) -> list[tuple[str, str]]:
-        return [(self.source, self.text_column)]
-
-    def spec(self) -> OperatorSpec:
-        return MapSettings.parse({"input": self.source, "column": self.text_column, "instruction": self.instruction,
-                                  "output_column": self.output_column, "max_new_tokens": self.max_new_tokens},
-                                 f"task {self.task_id!r}").spec(self.task_id, self.target)
+    def settings_body(self) -> dict:
+        return {"input": self.source, "column": self.text_column, "instruction": self.instruction,
+                "output_column": self.output_column, "max_new_tokens": self.max_new_tokens}

@@ -116,6 +116,24 @@ def serving(tmp_path: Path, *args: str, homes: bool = False):
 
 
 @pytest.fixture
+def pool(smollm2, tmp_path, monkeypatch):
+    """Two in-process workers (smollm2, fp32) behind the connection quail_pool, and the first alone
+    behind quail_one: their locations and servers, shut down afterwards."""
+    from quail.executor.engine import PhysicalSettings
+    from quail.session import Session
+    from quail.worker.server import Worker
+
+    locations = [f"grpc+unix://{tmp_path}/w{i}.sock" for i in range(2)]
+    servers = [Worker(Session(smollm2, PhysicalSettings(256, 512)), loc, token="tok") for loc in locations]
+    for conn, workers in (("QUAIL_POOL", locations), ("QUAIL_ONE", locations[:1])):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn}", json.dumps({"conn_type": "quail", "password": "tok",
+                                                               "extra": {"workers": workers}}))
+    yield locations, servers
+    for server in servers:
+        server.shutdown()
+
+
+@pytest.fixture
 def two_workers(tmp_path):
     with serving(tmp_path) as served:
         yield served

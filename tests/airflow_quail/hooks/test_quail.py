@@ -10,9 +10,10 @@ import pytest
 
 from airflow_quail.hooks.quail import QuailHook
 from quail.planner.plan import plan
-from quail.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.specs import OperatorSpec
 from quail.worker.jobs import Identity
+from quail.worker.liveness import holder
 
 TEXTS = ["The striker scored twice.", "Rates rose again.", "The keeper saved a penalty."]
 SPECS = [OperatorSpec("sport", "filter", ("t",), ("text",), ("Is this about sport?",), threshold=0.0),
@@ -37,7 +38,10 @@ def test_a_worker_killed_between_tasks_is_started_again_and_recomputes(local_def
     _run(client, "sport", "r2")
     [pid] = local_default.glob("*.pid")
     os.kill(int(pid.read_text()), signal.SIGKILL)  # dies with r2's retained KV
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while holder(pid) is not None:  # gone once no process holds its pid file's lock
+        assert time.monotonic() < deadline, "the killed worker did not exit"
+        time.sleep(0.02)
     client = QuailHook().get_conn()  # a new worker
     answers, stats = _run(client, "kind", "r2")
     assert stats["tokens_reused"]["retention"] == 0  # recomputed
@@ -87,12 +91,12 @@ def test_the_connections_device_reaches_the_local_worker(local_default, monkeypa
 
 def test_a_connection_listing_two_workers_keeps_each_partition_on_one_and_fails_over(smollm2, tmp_path,
                                                                                      monkeypatch):
-    from quail.executor.engine import PhysicalPlan
+    from quail.executor.engine import PhysicalSettings
     from quail.session import Session
     from quail.worker.server import Worker
 
     locations = [f"grpc+unix://{tmp_path}/w{i}.sock" for i in range(2)]
-    servers = {loc: Worker(Session(smollm2, PhysicalPlan(256, 512)), loc, token="tok") for loc in locations}
+    servers = {loc: Worker(Session(smollm2, PhysicalSettings(256, 512)), loc, token="tok") for loc in locations}
     monkeypatch.setenv("AIRFLOW_CONN_QUAIL_POOL", json.dumps({"conn_type": "quail", "password": "tok",
                                                               "extra": {"workers": locations}}))
     try:

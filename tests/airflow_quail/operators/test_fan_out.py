@@ -1,8 +1,7 @@
 """One big table over a pool: with two workers on the connection, one task's windows run on both at
 once, each window computed once, the output assembled in order and equal to one worker's;
-`max_workers` caps it."""
+`max_workers` caps it. (A lost worker's windows moving to the others: test_window_jobs.py.)"""
 
-import json
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -10,25 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_quail.operators import LLMClassifyOperator
-from quail.executor.engine import PhysicalPlan
-from quail.session import Session
-from quail.worker.server import Worker
+
+pytestmark = pytest.mark.slow  # the pool's workers load a model
 
 TEXTS = [f"{w} report {i}: the {w} rose again" for i, w in
          enumerate(["match", "rates", "keeper", "budget", "league", "market", "striker", "vote"] * 2)]
-
-
-@pytest.fixture
-def pool(smollm2, tmp_path, monkeypatch):
-    """Two in-process workers behind the connection quail_pool (and the same two listed alone)."""
-    locations = [f"grpc+unix://{tmp_path}/w{i}.sock" for i in range(2)]
-    servers = [Worker(Session(smollm2, PhysicalPlan(256, 512)), loc, token="tok") for loc in locations]
-    for conn, workers in (("QUAIL_POOL", locations), ("QUAIL_ONE", locations[:1])):
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn}", json.dumps({"conn_type": "quail", "password": "tok",
-                                                               "extra": {"workers": workers}}))
-    yield locations, servers
-    for server in servers:
-        server.shutdown()
 
 
 def _classify(tmp_path, conn: str, name: str, **kwargs) -> LLMClassifyOperator:
@@ -64,30 +49,3 @@ def test_max_workers_caps_the_fan_out(pool, tmp_path):
     assert list(capped["workers"]) == [capped["worker"]] and capped["workers"][capped["worker"]] == 4
     with pytest.raises(Exception, match="max_workers must be a whole number above 0"):
         _classify(tmp_path, "quail_pool", "bad", max_workers=0)
-
-
-def test_a_lost_workers_windows_move_to_the_others_not_home(pool, tmp_path, monkeypatch):
-    """A worker of the fan-out that stops answering: its windows go to the fan-out's others that
-    answer, each window once, with no wait for the partition's worker."""
-    from airflow_quail.hooks.quail import FanOut, QuailHook
-    from airflow_quail.operators.base import BaseLLMOperator
-    from quail.worker.client import WorkerClient
-
-    locations, servers = pool
-    dead = WorkerClient(f"grpc+unix://{tmp_path}/gone.sock", "tok")  # listed, but nothing listens
-    real = QuailHook.fan_out
-
-    def with_dead(self, home, dag, partition, cap):
-        return FanOut([*real(self, home, dag, partition, cap).clients, dead])
-
-    def no_wait(self, hook, route):
-        raise AssertionError("a window waited for the partition's worker although others answer")
-
-    monkeypatch.setattr(QuailHook, "fan_out", with_dead)
-    monkeypatch.setattr(BaseLLMOperator, "_reconnect", no_wait)
-    moved = _classify(tmp_path, "quail_pool", "moved").execute(_context("moved"))
-    assert moved["windows"] == 4 and set(moved["workers"]) == set(locations)  # none on the dead one
-    assert sum(moved["workers"].values()) == 4
-    jobs = [j for s in servers for j in s.jobs.values() if j.submission.identity.task_id == "moved"]
-    assert sorted(j.submission.identity.window for j in jobs) == list(range(4))  # each window computed once
-    assert pq.read_table(tmp_path / "moved.parquet").column("id").to_pylist() == list(range(len(TEXTS)))

@@ -1,4 +1,4 @@
-"""Apache Airflow provider for Quail: LLM filter, classify and join operators on a Quail worker."""
+"""Apache Airflow provider for Quail: LLM filter, classify, join, extract and map operators on a Quail worker."""
 
 from quail.constants import DEVICE_HELP
 from quail.model.registry import DTYPE_CHOICES
@@ -10,7 +10,7 @@ def get_provider_info() -> dict:
     return {
         "package-name": "airflow-quail",
         "name": "Quail",
-        "description": "LLM filter, classify and join over tables, on a worker that plans KV reuse.",
+        "description": "LLM filter, classify, join, extract and map over tables, on a worker that plans KV reuse.",
         "versions": [__version__],
         "connection-types": [
             {

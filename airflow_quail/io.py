@@ -181,9 +181,9 @@ def _sql_windows(source: str, where: SqlLocation, rows: int) -> Iterator[tuple[i
             result = c.execution_options(stream_results=True, yield_per=rows).execute(query)
             names = list(result.keys())
             unique_columns(names, f"source {source!r}")
-            for part in result.partitions(rows):
-                yield first, pa.table({n: pa.array([r[i] for r in part]) for i, n in enumerate(names)})
-                first += len(part)
+            for batch in result.partitions(rows):
+                yield first, pa.table({n: pa.array([r[i] for r in batch]) for i, n in enumerate(names)})
+                first += len(batch)
     except sa.exc.SQLAlchemyError as e:
         raise QuailError(f"source {source!r}: {e.__class__.__name__}: {str(e).splitlines()[0]}") from None
     if first == 0:
@@ -251,12 +251,12 @@ def local_file(location: str) -> Path | None:
     `file:/x`, `local://x`); None for any other URI."""
     scheme, colon, _ = location.partition(":")
     if colon and scheme.lower() in LOCAL_SCHEMES:
-        parts = urlsplit(location)
-        if parts.netloc not in ("", "localhost"):  # file://io/x.parquet would be /x.parquet on a host "io"
-            raise QuailError(f"{location!r} names the host {parts.netloc!r}, and a {scheme}: URI names files on "
+        url = urlsplit(location)
+        if url.netloc not in ("", "localhost"):  # file://io/x.parquet would be /x.parquet on a host "io"
+            raise QuailError(f"{location!r} names the host {url.netloc!r}, and a {scheme}: URI names files on "
                              f"this machine: write {scheme}:///ABSOLUTE/PATH, or a plain path "
-                             f"({parts.netloc}{parts.path}) for one relative to the working folder")
-        return Path(unquote(parts.path))
+                             f"({url.netloc}{url.path}) for one relative to the working folder")
+        return Path(unquote(url.path))
     return None if "://" in location else Path(location)
 
 

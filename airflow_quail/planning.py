@@ -38,7 +38,7 @@ def is_quail(cls: object) -> bool:
     return isinstance(cls, type) and isinstance(fields, (tuple, list)) and "quail_plan" in fields
 
 
-def dag_plan(dag: "DAG") -> Plan | None:
+def plan_of_dag(dag: "DAG") -> Plan | None:
     """The plan of the DAG's Quail operators, mapped ones included, or None if it has none."""
     planned: dict = {}
     for task in dag.topological_sort():  # upstream first: a mapped task reads its producers' plans
@@ -95,7 +95,7 @@ def _planned(task: Any, planned: dict[str, "QuailOperator"]) -> "QuailOperator |
 def plan_quail_dag(dag: "DAG") -> Plan | None:
     """Plans the DAG and stores each operator's entry, with the plan hash, in its `quail_plan`
     template field, which the UI's Rendered Templates view shows."""
-    result = dag_plan(dag)
+    result = plan_of_dag(dag)
     if result is not None:
         planned = {s.name for s in result.specs}
         for t in dag.tasks:

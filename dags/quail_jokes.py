@@ -93,14 +93,14 @@ with DAG(
     def report(ti=None) -> str:
         """A per-task table of rows and tokens, from the operators' XCom manifests, then a few of the
         answers each task wrote."""
-        lines = [f"{'task':<14}{'rows in':>8}{'rows out':>9}{'computed':>10}{'naive':>9}{'rewind':>8}{'prefix':>8}"
+        lines = [f"{'task':<14}{'rows in':>8}{'rows out':>9}{'computed':>10}{'naive':>9}{'rewind':>8}{'sharing':>8}"
                  f"{'retention':>10}"]
         computed = naive = 0
         for name in TASKS:
             m = ti.xcom_pull(task_ids=name)
             s, r = m["stats"], m["stats"]["tokens_reused"]
             lines.append(f"{name:<14}{m['rows_in']:>8}{m['rows_out']:>9}{s['tokens_computed']:>10,}"
-                         f"{s['tokens_naive']:>9,}{r['rewind']:>8,}{r['prefix']:>8,}{r['retention']:>10,}")
+                         f"{s['tokens_naive']:>9,}{r['rewind']:>8,}{r['sharing']:>8,}{r['retention']:>10,}")
             computed, naive = computed + s["tokens_computed"], naive + s["tokens_naive"]
         if naive:
             lines.append(f"reuse saved {1 - computed / naive:.0%} of the tokens: {computed:,} computed where "

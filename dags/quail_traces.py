@@ -1,6 +1,6 @@
 """Agent traces in SQLite, where each row extends the previous turn: the filter's documents share
 their leading pages (prefix sharing), and the classify reuses the filter's KV (retention).
-examples/traces.csv is synthetic, written by bench/tokens.py's traces().
+examples/traces.csv is synthetic, written by bench/common/workloads.py's traces().
 
 Needs a SQLite connection `quail_demo_db`, for example
 AIRFLOW_CONN_QUAIL_DEMO_DB='{"conn_type": "sqlite", "host": "/tmp/quail_demo.db"}'."""

@@ -15,7 +15,7 @@ from quail.runtime.cascade import cascade_classify, cascade_filter, cascade_join
 from quail.cli.describe import describe_worker
 from quail.cli.main import main
 from quail.errors import QuailError
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.kinds import KINDS
 from quail.model.loader import load_model
 from quail.planner.band import decides
@@ -38,9 +38,9 @@ Q = "Is this about sport?"
 
 @pytest.fixture(scope="module")
 def sessions(tiny_model_dir, smollm2):
-    small = Session(load_model(str(tiny_model_dir), "float32"), PhysicalPlan(arena_pages=256, max_batch_tokens=512))
-    large = Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
-    small.peers[large.loaded.name] = large
+    small = Session(load_model(str(tiny_model_dir), "float32"), PhysicalSettings(arena_pages=256, max_batch_tokens=512))
+    large = Session(smollm2, PhysicalSettings(arena_pages=256, max_batch_tokens=512))
+    small.cascade_models[large.loaded.name] = large
     return small, large
 
 
@@ -418,7 +418,7 @@ def test_the_answer_store_cold_or_warm_changes_no_cascaded_answer(sessions, tiny
     for name, extra in (("cold", []), ("warm", []), ("scratch", ["--no-reuse"])):
         assert _cli(*common, *extra, "--output", tmp_path / f"{name}.parquet", "--stats", tmp_path / f"{name}.json") == 0
     warm = json.loads((tmp_path / "warm.json").read_text())
-    assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["answers"] == warm["tokens_naive"]
+    assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["store"] == warm["tokens_naive"]
     runs = [pq.read_table(tmp_path / f"{name}.parquet").to_pylist() for name in ("cold", "warm", "scratch")]
     assert any(r["cascaded"] for r in runs[0]) and not all(r["cascaded"] for r in runs[0])
     for other in runs[1:]:
@@ -432,5 +432,5 @@ def test_a_cascade_model_that_is_the_first_model_under_another_path_is_refused()
 
     session = Session.open("smollm2-135m", "float32", device="cpu", arena_pages=64)
     with pytest.raises(QuailError, match="is the first model .'smollm2-135m'. under another name"):
-        session.peer(str(embedded_path("smollm2-135m")))
-    assert not session.peers
+        session.cascade_model(str(embedded_path("smollm2-135m")))
+    assert not session.cascade_models

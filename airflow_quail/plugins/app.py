@@ -38,7 +38,7 @@ class _Retain(BaseModel):
 
 class _Operator(BaseModel):
     rewind: StrictBool = False
-    prefix_sharing: StrictBool = False
+    sharing: StrictBool = False
     retain: _Retain | None = None
 
 
@@ -96,7 +96,23 @@ def _manifests(session: "Session", dag_id: str | None = None, run_id: str | None
     for x in rows:
         value = XComModel.deserialize_value(x)
         if is_manifest(value):
-            out.append((x.dag_id, x.run_id, x.task_id, x.map_index, value))
+            out.append((x.dag_id, x.run_id, x.task_id, x.map_index, _current(value)))
+    return out
+
+
+def _current(manifest: dict) -> dict:
+    """A manifest under today's names: an older Quail (#49) wrote the mechanisms "prefix" and
+    "answers", and its plan entry's "prefix_sharing"."""
+    from quail.constants import mechanisms_of
+
+    out = dict(manifest)
+    for key in ("stats", "predicted"):
+        if out.get(key) is not None:
+            out[key] = out[key] | {"tokens_reused": mechanisms_of(out[key]["tokens_reused"])}
+    op = (out.get("plan") or {}).get("operator")
+    if op is not None and "prefix_sharing" in op:
+        op = {("sharing" if k == "prefix_sharing" else k): v for k, v in op.items()}
+        out["plan"] = out["plan"] | {"operator": op}
     return out
 
 

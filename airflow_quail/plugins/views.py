@@ -8,7 +8,7 @@ from urllib.parse import quote
 from quail.constants import MECHANISMS
 from quail.worker.jobs import JobState
 
-COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "prefix": "#9bbb59", "retention": "#8064a2", "answers": "#f79646"}
+COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "sharing": "#9bbb59", "retention": "#8064a2", "store": "#f79646"}
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}h1{font-size:1.4rem;overflow-wrap:anywhere}
 h2{font-size:1.1rem;margin-top:1.5rem}.muted{color:#777}svg{max-width:100%;height:auto}
 table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9375rem}
@@ -86,13 +86,13 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
         rows.append(f"<tr><td class='l'>{escape(name)}</td><td class='l'>{escape(ran_on)}</td>"
                     f"<td>{m['rows_in']:,}</td><td>{m['rows_out']:,}</td>"
                     f"<td class='l'>{'on' if op.get('rewind') else 'off'}</td>"
-                    f"<td class='l'>{'on' if op.get('prefix_sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"
+                    f"<td class='l'>{'on' if op.get('sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"
                     f"<td>{s['tokens_computed']:,}</td>"
                     + "".join(f"<td>{s['tokens_reused'].get(k, 0):,}</td>" for k in MECHANISMS)
                     + f"<td>{s['tokens_naive']:,}</td><td>{saved:.0%}</td>"
                     + f"<td>{s.get('tokens_generated', 0):,}</td></tr>")
     table = ("<table><tr><th class='l'>task</th><th class='l'>worker (windows)</th><th>rows in</th><th>rows out</th>"
-             "<th class='l'>chain mode</th>"
+             "<th class='l'>rewind</th>"
              "<th class='l'>sharing</th><th class='l'>KV retained for</th><th>computed</th>"
              + "".join(f"<th>{k}</th>" for k in MECHANISMS) + "<th>without reuse</th><th>saved</th>"
              "<th title='tokens an extract or a map wrote, beside its prompts'>written</th></tr>"
@@ -104,10 +104,10 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
 def predicted_html(tasks: dict[str, dict]) -> str:
     """The planner's expected tokens (from the documents each window held) beside what ran: how far
     to trust the plan's choices. A manifest from before predictions were kept shows none."""
-    parts = ("computed", *MECHANISMS)
+    columns = ("computed", *MECHANISMS)
 
-    def count(doc: dict, part: str) -> int:
-        return doc["tokens_computed"] if part == "computed" else doc["tokens_reused"].get(part, 0)
+    def count(doc: dict, column: str) -> int:
+        return doc["tokens_computed"] if column == "computed" else doc["tokens_reused"].get(column, 0)
 
     rows = []
     for name, m in tasks.items():
@@ -115,12 +115,12 @@ def predicted_html(tasks: dict[str, dict]) -> str:
         if p is None:
             continue
         cells = "".join(f"<td>{count(p, k):,}</td><td>{count(s, k):,}</td>"
-                        f"<td>{_deviation(count(p, k), count(s, k))}</td>" for k in parts)
+                        f"<td>{_deviation(count(p, k), count(s, k))}</td>" for k in columns)
         rows.append(f"<tr><td class='l'>{escape(name)}</td>{cells}</tr>")
     if not rows:
         return "<p class='muted'>No prediction was kept for these tasks.</p>"
-    head = "".join(f"<th colspan='3'>{k}</th>" for k in parts)
-    sub = "<th>predicted</th><th>actual</th><th>off by</th>" * len(parts)
+    head = "".join(f"<th colspan='3'>{k}</th>" for k in columns)
+    sub = "<th>predicted</th><th>actual</th><th>off by</th>" * len(columns)
     return f"<table><tr><th class='l' rowspan='2'>task</th>{head}</tr><tr>{sub}</tr>{''.join(rows)}</table>"
 
 
@@ -136,21 +136,21 @@ def tokens_svg(tasks: dict[str, dict], width: int = 720, bar: int = 22) -> str:
     """One bar per task, as long as its no-reuse count: computed, then reused by each mechanism."""
     most = max((m["stats"]["tokens_naive"] for m in tasks.values()), default=0) or 1
     label, scale = 130, (width - 140) / most
-    parts, y = [], 0
+    shapes, y = [], 0
     for name, m in tasks.items():
         s, x = m["stats"], label
-        for part in ("computed", *MECHANISMS):
-            n = s["tokens_computed"] if part == "computed" else s["tokens_reused"].get(part, 0)
+        for what in ("computed", *MECHANISMS):
+            n = s["tokens_computed"] if what == "computed" else s["tokens_reused"].get(what, 0)
             w = n * scale
             if w > 0:
-                parts.append(f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{bar}' fill='{COLORS[part]}'>"
-                             f"<title>{escape(name)} {part}: {n:,}</title></rect>")
+                shapes.append(f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{bar}' fill='{COLORS[what]}'>"
+                              f"<title>{escape(name)} {what}: {n:,}</title></rect>")
             x += w
-        parts.append(f"<text x='0' y='{y + bar - 6}' font-size='13'>{escape(name[:18])}</text>")
+        shapes.append(f"<text x='0' y='{y + bar - 6}' font-size='13'>{escape(name[:18])}</text>")
         y += bar + 8
     legend = "".join(f"<rect x='{label + 110 * i}' y='{y}' width='12' height='12' fill='{COLORS[p]}'/>"
                      f"<text x='{label + 110 * i + 16}' y='{y + 11}' font-size='12'>{p}</text>"
                      for i, p in enumerate(("computed", *MECHANISMS)))
     return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{y + 20}' "
             f"viewBox='0 0 {width} {y + 20}' role='img' aria-label='tokens computed and reused by task'>"
-            f"{''.join(parts)}{legend}</svg>")
+            f"{''.join(shapes)}{legend}</svg>")

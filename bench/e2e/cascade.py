@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     dev, heldout = read("filter.csv", "dev", None), read("filter.csv", "heldout", None)
     texts = [r["text"] for r in heldout]
     small = Session.open(args.small, "auto", device="cpu")
-    large = small.peer(args.large)
+    large = small.cascade_model(args.large)
     sample, _ = small.filter([r["text"] for r in dev], [FILTER_QUESTION], 0.0)
     start = time.perf_counter()
     alone, stats = large.filter(texts, [FILTER_QUESTION], 0.5)

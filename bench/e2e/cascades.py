@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
 
     data = load("heldout", args.rows, "description")
     small = Session.open(args.small, "auto", device="cpu")
-    large = small.peer(args.large)
+    large = small.cascade_model(args.large)
     cascade = Cascade(args.large, metric="accuracy", target=args.target, delta=args.delta, sample=args.sample)
     scratch = tempfile.TemporaryDirectory()
     doc = {"small": args.small, "large": args.large, "target": args.target, "delta": args.delta,

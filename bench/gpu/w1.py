@@ -19,7 +19,7 @@ import torch
 
 from bench.common.systems import Question, Stage, Transformers, decide, left_padded
 from quail.constants import DEFAULT_MAX_BATCH_TOKENS, PAGE_SIZE
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.executor.model_runner import Chunk, ModelRunner
 from quail.executor.sequence import Seq
 from quail.model.config import ModelConfig
@@ -97,7 +97,7 @@ def kv_page_bytes(cfg: ModelConfig, dtype: torch.dtype) -> int:
 
 def quail_session(model: LlamaModel, tokenizer: Tokenizer, kv_bytes: int, max_batch_tokens: int) -> Session:
     """A Session on the model already built, its arena `kv_bytes` of KV (calibrates the cost model)."""
-    plan = PhysicalPlan(arena_pages=max(64, kv_bytes // kv_page_bytes(model.cfg, model.dtype)),
+    plan = PhysicalSettings(arena_pages=max(64, kv_bytes // kv_page_bytes(model.cfg, model.dtype)),
                         max_batch_tokens=max_batch_tokens)
     loaded = LoadedModel(name="qwen2.5-1.5b-shape, random weights", config=model.cfg, model=model,
                          tokenizer=tokenizer)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from bench.common.results import parser, write_json
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.model.loader import load_model
 from quail.planner.plan import plan
 from quail.reuse import Reuse
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     texts = [f"{i} " + " ".join(text) for i in range(rows)]
     with tempfile.TemporaryDirectory() as d:
         location = f"grpc+unix://{Path(d) / 'w.sock'}"
-        session = Session(load_model("smollm2-135m", "float32"), PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+        session = Session(load_model("smollm2-135m", "float32"), PhysicalSettings(arena_pages=256, max_batch_tokens=512))
         server = Worker(session, location, token="bench")
         threading.Thread(target=server.serve, daemon=True).start()
         client = WorkerClient(location, "bench")

@@ -22,7 +22,7 @@ import torch
 from bench.common.results import parser, write_json
 from bench.common.workloads import GOOD, PRODUCTS, reviews, traces
 from quail.executor import scheduler
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.model.loader import load_model
 from quail.reuse import Retain, Reuse
 from quail.session import Session
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(torch.get_num_threads())
     loaded = load_model(args.model, "bfloat16")
-    arenas = {"large": PhysicalPlan(arena_pages=8192, max_batch_tokens=1024),
-              "tight": PhysicalPlan(arena_pages=128, max_batch_tokens=512)}
+    arenas = {"large": PhysicalSettings(arena_pages=8192, max_batch_tokens=1024),
+              "tight": PhysicalSettings(arena_pages=128, max_batch_tokens=512)}
     sessions = {name: Session(loaded, plan) for name, plan in arenas.items()}
     rows = []
     for name, run in workloads(sessions["large"]).items():

@@ -65,7 +65,7 @@ def run(rows: int, arena_pages: int, device: str, data: Path | None = None) -> d
     seconds = time.perf_counter() - start
     kept, topic = (json.loads(stats[name].read_text()) for name in ("kept", "topic"))
     reused = topic["tokens_reused"]
-    documents = topic["document_tokens_computed"] + reused["retention"] + reused["prefix"]
+    documents = topic["document_tokens_computed"] + reused["retention"] + reused["sharing"]
     floor = topic["question_tokens_computed"]
     return {"rows": rows, "arena_pages": arena_pages, "seconds": round(seconds, 2),
             "rows_per_s": round(rows / seconds, 1), "peak_rss_mb": round(int(done.stdout.split()[-1]) / 1024),
@@ -74,7 +74,7 @@ def run(rows: int, arena_pages: int, device: str, data: Path | None = None) -> d
             "classify_retention": topic["tokens_reused"]["retention"],
             "classify_documents_reused": round(topic["tokens_reused"]["retention"] / max(documents, 1), 3),
             "tokens_computed": kept["tokens_computed"] + topic["tokens_computed"],
-            "answers_reused": kept["tokens_reused"]["answers"] + topic["tokens_reused"]["answers"]}
+            "answers_reused": kept["tokens_reused"]["store"] + topic["tokens_reused"]["store"]}
 
 
 def main(argv: list[str] | None = None) -> None:

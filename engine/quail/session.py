@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.executor.stats import Stats
 from quail.kinds.classify import render as render_classify
 from quail.kinds.extract import DEFAULT_INSTRUCTION, json_schema
@@ -45,14 +45,14 @@ if TYPE_CHECKING:
 
 
 class Session:
-    def __init__(self, loaded: LoadedModel, plan: PhysicalPlan) -> None:
+    def __init__(self, loaded: LoadedModel, plan: PhysicalSettings) -> None:
         self.loaded = loaded
         self.engine = Engine(loaded.model, plan)
         self.layout = PromptLayout(loaded.tokenizer, context=loaded.config.max_position)
         self.grammars = Grammars(loaded.tokenizer, loaded.config.vocab_size, loaded.name)  # an extract's, a map's
-        self.options: dict = {}  # how Session.open made it: how its peers are opened
-        self.peers: dict[str, Session] = {}
-        self.peers_lock = threading.Lock()
+        self.options: dict = {}  # how Session.open made it: how its cascade models are opened
+        self.cascade_models: dict[str, Session] = {}
+        self.cascade_lock = threading.Lock()
         self.store: Store | None = None  # the answer store, where a front end opens one
 
     @classmethod
@@ -77,7 +77,7 @@ class Session:
         say(f"loaded {loaded.name} in {time.perf_counter() - started:.1f} s, {loaded.model.dtype} "
             f"({loaded.dtype_why}), attention {loaded.model.attention_name} ({loaded.model.attention_why})")
         started = time.perf_counter()
-        plan = PhysicalPlan.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
+        plan = PhysicalSettings.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
         say(f"arena sized in {time.perf_counter() - started:.1f} s: {plan.arena_pages:,} pages")
         started = time.perf_counter()
         session = cls(loaded, plan)
@@ -86,25 +86,25 @@ class Session:
                                gpu_memory_utilization=gpu_memory_utilization, say=say)
         return session
 
-    def peer(self, model: str) -> "Session":
+    def cascade_model(self, model: str) -> "Session":
         """Another model in this process, with its own arena, opened as this one was and kept: a
         cascade's larger model."""
         check_cascade_model(self.loaded.name, model, "a cascade")
-        with self.peers_lock:
-            if model not in self.peers:
-                peer = Session.open(model, **self.options)
-                if peer.loaded.identity == self.loaded.identity:  # the same bytes under another name
+        with self.cascade_lock:
+            if model not in self.cascade_models:
+                opened = Session.open(model, **self.options)
+                if opened.loaded.identity == self.loaded.identity:  # the same bytes under another name
                     raise QuailError(f"a cascade: its model {model!r} is the first model ({self.loaded.name!r}) "
                                      f"under another name; name a larger one")
-                peer.store = self.store
-                self.peers[model] = peer
-            return self.peers[model]
+                opened.store = self.store
+                self.cascade_models[model] = opened
+            return self.cascade_models[model]
 
     def changed(self) -> bool:
-        """Whether its model's files, or a peer's, changed since they were loaded (model/identity.py)."""
-        with self.peers_lock:
-            peers = list(self.peers.values())
-        return self.loaded.changed() or any(p.changed() for p in peers)
+        """Whether its model's files, or a cascade model's, changed since they were loaded (model/identity.py)."""
+        with self.cascade_lock:
+            models = list(self.cascade_models.values())
+        return self.loaded.changed() or any(p.changed() for p in models)
 
     @property
     def context(self) -> int:

@@ -30,10 +30,10 @@ def test_a_dag_without_a_planning_call_is_planned_by_the_policy(tmp_path):
     task process do) plans its operators through the provider's cluster policy, with the hash an
     explicit call gives, and the classify is planned to reuse the filter's KV."""
     code = ("import json, sys; from airflow.dag_processing.dagbag import DagBag; "
-            "from airflow_quail.planning import dag_plan; "
+            "from airflow_quail.planning import plan_of_dag; "
             "dag = DagBag(dag_folder=sys.argv[1]).dags['quail_traces']; "
             "print(json.dumps({'parsed': {t.task_id: json.loads(t.quail_plan) for t in dag.tasks "
-            "if hasattr(t, 'quail_plan')}, 'explicit': dag_plan(dag).hash}))")
+            "if hasattr(t, 'quail_plan')}, 'explicit': plan_of_dag(dag).hash}))")
     env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False")
     out = subprocess.run([sys.executable, "-c", code, str(DAGS / "quail_traces.py")], capture_output=True, text=True,
                          check=True, env=env).stdout.splitlines()[-1]
@@ -50,7 +50,7 @@ def test_mapped_operators_are_planned_and_retention_reaches_each_index():
     from airflow.sdk import DAG
 
     from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
-    from airflow_quail.planning import dag_plan, plan_quail_dag
+    from airflow_quail.planning import plan_of_dag, plan_quail_dag
 
     with DAG("mapped") as dag:
         kept = LLMFilterOperator.partial(task_id="kept", text_column="text", predicates=["Sport?"],
@@ -59,7 +59,7 @@ def test_mapped_operators_are_planned_and_retention_reaches_each_index():
         LLMClassifyOperator.partial(task_id="topic", text_column="text", labels=["a", "b"],
                                     target="/out/topic-{{ ti.map_index }}.parquet").expand(
             source=kept.output.map(lambda m: m["target"]))
-    planned = dag_plan(dag)
+    planned = plan_of_dag(dag)
     assert [s.name for s in planned.specs] == ["kept", "topic"]
     assert planned["kept"].retain.consumers == ("topic",)
     plan_quail_dag(dag)
@@ -75,7 +75,7 @@ def test_a_consumer_that_might_not_run_is_not_computed_ahead(tmp_path):
     from airflow.sdk import DAG
 
     from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
-    from airflow_quail.planning import dag_plan
+    from airflow_quail.planning import plan_of_dag
     from quail.worker.ahead import consumers_ahead
 
     def build(**classify):
@@ -88,7 +88,7 @@ def test_a_consumer_that_might_not_run_is_not_computed_ahead(tmp_path):
             kept >> topic
             if classify.get("branch"):
                 BranchPythonOperator(task_id="which", python_callable=lambda: "topic") >> topic
-        p = dag_plan(dag)
+        p = plan_of_dag(dag)
         return p["topic"].certain, [c.name for c in consumers_ahead(p, p.specs[0])]
 
     assert build() == (True, ["topic"])
@@ -103,7 +103,7 @@ def test_a_dag_whose_operators_cascade_is_planned_with_their_cascades():
     from airflow.sdk import DAG
 
     from airflow_quail.operators import LLMClassifyOperator, LLMFilterOperator
-    from airflow_quail.planning import dag_plan
+    from airflow_quail.planning import plan_of_dag
     from quail.specs import Cascade
 
     with DAG("cascades", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
@@ -111,6 +111,6 @@ def test_a_dag_whose_operators_cascade_is_planned_with_their_cascades():
                                  target="/tmp/kept.parquet", cascade={"model": "big", "band": [0.2, 0.8]})
         LLMClassifyOperator(task_id="topic", source=kept.target, text_column="text", labels=["a", "b"],
                             target="/tmp/topic.parquet", cascade={"model": "big", "target": {"accuracy": 0.9}})
-    specs = {s.name: s for s in dag_plan(dag).specs}
+    specs = {s.name: s for s in plan_of_dag(dag).specs}
     assert specs["kept"].cascade == Cascade("big", 0.2, 0.8)
     assert specs["topic"].cascade == Cascade("big", metric="accuracy", target=0.9) and specs["topic"].inputs == ("kept",)

@@ -130,10 +130,10 @@ def test_a_rerun_finds_its_outputs_in_the_store_and_a_changed_schema_misses(docs
     again, s2 = extract(*fields, n=2)
     assert again == first
     assert s2["tokens_computed"] == s2["tokens_generated"] == 0
-    assert s2["tokens_reused"]["answers"] == s2["tokens_naive"] == s1["tokens_naive"]
+    assert s2["tokens_reused"]["store"] == s2["tokens_naive"] == s1["tokens_naive"]
     assert s2["predicted"]["tokens_computed"] == 0
     _, s3 = extract(*fields, "--field", "paid:bool", n=3)  # another schema: another question
-    assert s3["tokens_reused"]["answers"] == 0 and s3["tokens_generated"] > 0
+    assert s3["tokens_reused"]["store"] == 0 and s3["tokens_generated"] > 0
 
 
 def _stored_over(path, tokens: list[int], sign: bool = True) -> int:
@@ -187,7 +187,7 @@ def test_a_stored_output_not_of_the_schema_is_computed_again(docs, tmp_path, cap
                     tmp_path / "s.json", *MODEL)
     assert code == 0, err
     assert pq.read_table(b).to_pylist() == pq.read_table(a).to_pylist()
-    assert json.loads((tmp_path / "s.json").read_text())["tokens_reused"]["answers"] == 0
+    assert json.loads((tmp_path / "s.json").read_text())["tokens_reused"]["store"] == 0
 
 
 def test_a_map_after_an_extract_of_the_same_column_reads_each_document_once(docs, tmp_path, capsys):

@@ -202,10 +202,10 @@ def test_explain_runs_nothing_and_each_mechanism_switches_off(tmp_path, news, ca
     base.append("--no-answer-store")  # the same rows again: the store would answer them all
     assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats) == 0
     on = json.loads(stats.read_text())
-    assert on["tokens_reused"]["prefix"] > 0  # the rows share the chat preamble's first page
+    assert on["tokens_reused"]["sharing"] > 0  # the rows share the chat preamble's first page
     assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats, "--no-prefix-sharing") == 0
     off = json.loads(stats.read_text())
-    assert off["tokens_reused"]["prefix"] == 0 and off["tokens_reused"]["rewind"] == on["tokens_reused"]["rewind"]
+    assert off["tokens_reused"]["sharing"] == 0 and off["tokens_reused"]["rewind"] == on["tokens_reused"]["rewind"]
     assert run_cli(*base, "--output", tmp_path / "o.parquet", "--stats", stats, "--no-rewind") == 0
     assert json.loads(stats.read_text())["tokens_reused"]["rewind"] == 0
 
@@ -296,7 +296,7 @@ def test_classify_with_label_descriptions_and_top_2(tmp_path, news):
     reused = []
     for argv in (plain, plain, described):
         assert run_cli(*argv, "--output", out, "--stats", stats, "--top-k", "2") == 0
-        reused.append(json.loads(stats.read_text())["tokens_reused"]["answers"])
+        reused.append(json.loads(stats.read_text())["tokens_reused"]["store"])
     assert reused[0] == 0 < reused[1] and reused[2] == 0  # the described run found nothing the plain ones stored
     t = pq.read_table(out).to_pylist()
     for row in t:

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.reuse import Reuse
 from quail.reuse import Retain
 from quail.executor.program import Extend, Program
@@ -26,7 +26,7 @@ def _docs(n, seed, lo=40, hi=120):
 
 
 def _engine(model, pages=512):
-    return Engine(model, PhysicalPlan(arena_pages=pages, max_batch_tokens=128))
+    return Engine(model, PhysicalSettings(arena_pages=pages, max_batch_tokens=128))
 
 
 def _together(engine, first, *others):

@@ -5,7 +5,7 @@ import pytest
 
 from quail.device import DeviceMemory, device_memory, resolve_device
 from quail.errors import QuailError
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.executor.memory import DEFAULT_CPU_ARENA_BYTES, size_arena
 
 GIB, MIB = 1 << 30, 1 << 20
@@ -51,10 +51,10 @@ def test_a_cpu_arena_is_one_gib_of_kv_unless_the_ram_is_short():
 
 
 def test_a_real_model_is_sized_on_this_cpu(tiny_llama):
-    plan = PhysicalPlan.for_model(tiny_llama, max_batch_tokens=256)
+    plan = PhysicalSettings.for_model(tiny_llama, max_batch_tokens=256)
     m = plan.memory
     assert m.weights_bytes == tiny_llama.nbytes > 0 and m.reserve_bytes == 0  # not measured on a CPU
     assert plan.arena_pages == DEFAULT_CPU_ARENA_BYTES // m.page_bytes and plan.max_batch_tokens == 256
     assert m.memory_total == device_memory(resolve_device("cpu")).total
     with pytest.raises(QuailError, match="--arena-pages"):
-        PhysicalPlan.for_model(tiny_llama, arena_pages=m.memory_free // m.page_bytes * 2)
+        PhysicalSettings.for_model(tiny_llama, arena_pages=m.memory_free // m.page_bytes * 2)

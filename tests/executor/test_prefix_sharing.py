@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.filter import run_filter
 from quail.ops.prompts import YesNoTokens
 from quail.reuse import Reuse
@@ -21,7 +21,7 @@ def _same(a, b):
 
 
 def test_seed_example_computes_1916_document_tokens_instead_of_4300(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=1024, max_batch_tokens=4096))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=1024, max_batch_tokens=4096))
     trace = _trace(1900)
     docs = [trace[:1000], trace[:1400], trace[:1900]]
     shared, s1 = run_filter(engine, docs, [[11, 12]], ANSWERS)
@@ -29,7 +29,7 @@ def test_seed_example_computes_1916_document_tokens_instead_of_4300(tiny_llama):
     _same(shared, alone)
     assert s1.document_tokens_computed == 1916
     assert s2.document_tokens_computed == 4300
-    assert s1.tokens_reused["prefix"] == 992 + 1392
+    assert s1.tokens_reused["sharing"] == 992 + 1392
     assert s1.tokens_computed + sum(s1.tokens_reused.values()) == s1.tokens_naive == s2.tokens_naive
     assert engine.free_pages == 1024
 
@@ -37,7 +37,7 @@ def test_seed_example_computes_1916_document_tokens_instead_of_4300(tiny_llama):
 def test_children_wait_for_the_parent_and_keep_its_pages_after_it_fails(tiny_llama):
     """A parent that fails the first predicate releases its KV; its children's holds keep the
     shared pages, and the answers equal those computed without sharing."""
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=128, max_batch_tokens=64))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=128, max_batch_tokens=64))
     base = _trace(70, seed=1)
     docs = [base[:40] + _trace(9, seed=i) for i in range(2, 8)] + [base + _trace(5, seed=9)]
     questions = [[11, 12], [13]]
@@ -49,12 +49,12 @@ def test_children_wait_for_the_parent_and_keep_its_pages_after_it_fails(tiny_lla
     for x, y in zip(a.p_yes, b.p_yes):
         assert [v is None for v in x] == [v is None for v in y]
         np.testing.assert_allclose([v for v in x if v is not None], [v for v in y if v is not None], atol=1e-4)
-    assert s1.tokens_reused["prefix"] == 32 * (len(docs) - 1)  # two whole pages each, after the first
+    assert s1.tokens_reused["sharing"] == 32 * (len(docs) - 1)  # two whole pages each, after the first
     assert engine.free_pages == 128
 
 
 def test_identical_documents_are_computed_once(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=256, max_batch_tokens=256))
     one, two = _trace(30, seed=3), _trace(50, seed=4)
     docs = [one, two, one, one, two]
     a, s1 = run_filter(engine, docs, [[11], [12]], ANSWERS, threshold=0.0)
@@ -63,16 +63,16 @@ def test_identical_documents_are_computed_once(tiny_llama):
     assert s1.duplicates == 3
     assert s1.document_tokens_computed == 80
     assert s1.tokens_naive == s2.tokens_computed
-    assert s1.tokens_reused["prefix"] == 2 * (30 + 1 + 30 + 1) + (50 + 1 + 50 + 1)
+    assert s1.tokens_reused["sharing"] == 2 * (30 + 1 + 30 + 1) + (50 + 1 + 50 + 1)
     assert s1.tokens_computed + sum(s1.tokens_reused.values()) == s1.tokens_naive
 
 
 def test_a_row_limit_switches_sharing_off(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=256, max_batch_tokens=256))
     trace = _trace(200, seed=5)
     docs = [trace[: 40 + 10 * i] for i in range(12)]
     _, stats = run_filter(engine, docs, [[11]], ANSWERS, threshold=0.0, limit=2)
-    assert stats.tokens_reused["prefix"] == 0 and stats.duplicates == 0
+    assert stats.tokens_reused["sharing"] == 0 and stats.duplicates == 0
 
 
 def test_a_child_that_claims_retained_kv_takes_no_hold(tiny_llama):
@@ -80,7 +80,7 @@ def test_a_child_that_claims_retained_kv_takes_no_hold(tiny_llama):
     pages; the parent must not then make it a hold that nobody releases."""
     from quail.reuse import Retain
 
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=128, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=128, max_batch_tokens=256))
     trace = _trace(90, seed=6)
     parent, child = trace[:50], trace[:90]
     run_filter(engine, [child], [[11]], ANSWERS, threshold=0.0, retain=Retain())

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.filter import run_filter
 from quail.ops.prompts import YesNoTokens
 from quail.reuse import Reuse
@@ -17,7 +17,7 @@ def _docs(n, length, seed=0):
 
 
 def test_seed_second_predicate_costs_50000_tokens_instead_of_350000(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=4096, max_batch_tokens=8192))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=4096, max_batch_tokens=8192))
     docs = _docs(1000, 300)
     questions = [[11] * 20, [12] * 50]
     # threshold 0: every review passes the first predicate, as in the seed's example
@@ -32,7 +32,7 @@ def test_seed_second_predicate_costs_50000_tokens_instead_of_350000(tiny_llama):
 
 
 def test_no_reuse_computes_the_naive_count(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=256, max_batch_tokens=1024))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=256, max_batch_tokens=1024))
     docs = _docs(20, 40)
     questions = [[11] * 5, [12] * 7, [13] * 3]
     everyone, _ = run_filter(engine, docs, questions, ANSWERS, threshold=0.0)
@@ -46,6 +46,6 @@ def test_no_reuse_computes_the_naive_count(tiny_llama):
         assert [x is None for x in a] == [x is None for x in b]
         assert np.allclose([x for x in a if x is not None], [x for x in b if x is not None], atol=1e-5)
     assert s1.tokens_naive == s2.tokens_naive == s2.tokens_computed
-    assert s2.tokens_reused == {"rewind": 0, "prefix": 0, "retention": 0, "answers": 0}
+    assert s2.tokens_reused == {"rewind": 0, "sharing": 0, "retention": 0, "store": 0}
     assert s1.tokens_computed < s2.tokens_computed
     assert engine.free_pages == engine.plan.arena_pages

@@ -1,10 +1,10 @@
 """The scheduler's work per step follows the forward pass, not the table: admission stops once the
 admitted requests hold two passes of tokens, and a step visits only what it admits, batches and
-advances. Counted, not timed (bench/scale.py has the times)."""
+advances. Counted, not timed (`python -m bench scale filter` has the times)."""
 
 import numpy as np
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.filter import run_filter
 from quail.ops.prompts import YesNoTokens
 
@@ -19,10 +19,10 @@ def _docs(n: int, seed: int) -> list[list[int]]:
 
 
 def _run(model, n: int):
-    engine = Engine(model, PhysicalPlan(arena_pages=1 << 16, max_batch_tokens=MAX_BATCH_TOKENS))
+    engine = Engine(model, PhysicalSettings(arena_pages=1 << 16, max_batch_tokens=MAX_BATCH_TOKENS))
     result, stats = run_filter(engine, _docs(n, n), [[11, 12], [13]], ANSWERS, threshold=0.0)
     assert len(result.passed) == n and all(result.passed)
-    assert stats.tokens_reused["prefix"] > 0  # the preamble's pages were shared, not recomputed
+    assert stats.tokens_reused["sharing"] > 0  # the preamble's pages were shared, not recomputed
     assert engine.free_pages == engine.plan.arena_pages
     return engine.scheduler
 

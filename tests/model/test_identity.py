@@ -41,7 +41,7 @@ def test_weights_edited_in_place_never_get_the_old_weights_answers(tiny_model_di
     edited = scale_tensor_in_place(model, which, factor)
     stored, stats = _open(str(model), store).filter(TEXTS, asked, threshold, calibration=calibration)
     fresh, _ = _open(str(model)).filter(TEXTS, asked, threshold, reuse=False, calibration=calibration)
-    assert stats.tokens_reused["answers"] == 0  # nothing of the old weights' answers
+    assert stats.tokens_reused["store"] == 0  # nothing of the old weights' answers
     for a, b in zip(stored.raw_p_yes, fresh.raw_p_yes):
         assert _close(a, b)
     assert stored.passed == fresh.passed

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.executor.model_runner import Chunk
 from quail.executor.sequence import Seq
 from quail.model.loader import load_model
@@ -17,7 +17,7 @@ def test_hf_directory_loads_and_matches_transformers(tmp_path, arch, smollm2):
     loaded = load_model(str(tmp_path), "float32")
     assert loaded.config.arch == arch and loaded.tokenizer.chat is not None
     ids = loaded.tokenizer.encode("A safetensors directory, loaded like a GPU deployment would.")
-    engine = Engine(loaded.model, PhysicalPlan(arena_pages=8))
+    engine = Engine(loaded.model, PhysicalSettings(arena_pages=8))
     [ours] = engine.scheduler.runner.run([Chunk(Seq(), ids, list(range(len(ids))))])
     with torch.no_grad():
         ref = torch.log_softmax(hf(torch.tensor([ids])).logits[0], dim=-1)

@@ -5,7 +5,7 @@ a run at 1 thread is never served answers computed at 2. fp32's, within 1e-4 at 
 import pytest
 import torch
 
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.session import Session
 from quail.store import open_store
 
@@ -28,15 +28,15 @@ def test_bf16_answers_computed_at_2_threads_are_not_served_at_1(tmp_path, set_th
     from quail.model.loader import load_model
 
     loaded = load_model("smollm2-135m", "bfloat16")
-    session = Session(loaded, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+    session = Session(loaded, PhysicalSettings(arena_pages=256, max_batch_tokens=512))
     session.store = open_store(str(tmp_path / "answers.sqlite"))
     set_threads(2)
     two = loaded.identity
     _, stats = session.filter(TEXTS, ASKED, calibration="none")
-    assert stats.tokens_reused["answers"] == 0
+    assert stats.tokens_reused["store"] == 0
     set_threads(1)
     one, stats = session.filter(TEXTS, ASKED, calibration="none")
-    assert stats.tokens_reused["answers"] == 0 and not one.from_store  # computed at 1 thread, not read
+    assert stats.tokens_reused["store"] == 0 and not one.from_store  # computed at 1 thread, not read
     assert ":threads2:" in two and loaded.identity == two.replace(":threads2:", ":threads1:")
     set_threads(2)
     again, stats = session.filter(TEXTS, ASKED, calibration="none")

@@ -11,7 +11,7 @@ import pytest
 
 from quail.cli.main import main
 from quail.errors import QuailError
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.model.registry import EMBEDDED
 from quail.ops.calibration import labels_given, yes_given
 from quail.session import Session
@@ -31,7 +31,7 @@ def test_the_arithmetic_divides_the_content_free_answer_out():
 
 @pytest.fixture(scope="module")
 def sessions(smollm2):
-    return [Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512)) for _ in range(2)]
+    return [Session(smollm2, PhysicalSettings(arena_pages=256, max_batch_tokens=512)) for _ in range(2)]
 
 
 def test_calibrated_answers_are_deterministic_and_equal_with_and_without_reuse(sessions):
@@ -67,7 +67,7 @@ def test_a_tokenizer_without_yes_and_no_cannot_filter_but_can_classify(tiny_llam
     words = ["[UNK]", "Document", ":", "Question", "Answer", "sport", "money", "goal", "rates", "?", "."]
     hf = HFTokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     hf.pre_tokenizer = Whitespace()
-    s = Session(LoadedModel("tiny", tiny_llama.cfg, tiny_llama, Tokenizer(hf)), PhysicalPlan(64, 128))
+    s = Session(LoadedModel("tiny", tiny_llama.cfg, tiny_llama, Tokenizer(hf)), PhysicalSettings(64, 128))
     r, _ = s.classify(["goal goal", "rates"], ["sport", "money"], calibration="contextual")
     assert len(r.labels) == 2
     with pytest.raises(QuailError, match="no single token for 'yes'"):

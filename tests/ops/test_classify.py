@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.classify import run_classify
 from quail.reuse import Reuse
 from tests.conftest import quail_from_hf, tiny_hf_model
@@ -41,7 +41,7 @@ def test_labels_that_begin_others_get_the_probability_of_stopping_there(models, 
     hf, model = models
     rng = np.random.default_rng(5)
     docs = [rng.integers(50, 300, size=int(rng.integers(5, 40))).tolist() for _ in range(4)]
-    engine = Engine(model, PhysicalPlan(arena_pages=64, max_batch_tokens=256))
+    engine = Engine(model, PhysicalSettings(arena_pages=64, max_batch_tokens=256))
     result, _ = run_classify(engine, docs, QUESTION, LABELS, reuse=reuse)
     engine.pool.clear()
     for doc, got in zip(docs, result.probabilities):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.kinds.extract import json_schema
 from quail.ops.grammar import JsonMatcher
 from quail.session import Session
@@ -34,7 +34,7 @@ def fields(draw):
 
 @pytest.fixture(scope="module")
 def session(smollm2):
-    return Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
+    return Session(smollm2, PhysicalSettings(arena_pages=256, max_batch_tokens=256))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

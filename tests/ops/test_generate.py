@@ -4,7 +4,7 @@ the same with reuse as from scratch, and accounted exactly."""
 import numpy as np
 import pytest
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.filter import run_filter
 from quail.ops.generate import run_generate
 from quail.ops.grammar import FreeText
@@ -22,7 +22,7 @@ def _docs(n, lo, hi, seed):
 
 @pytest.fixture
 def engine(tiny_llama):
-    e = Engine(tiny_llama, PhysicalPlan(arena_pages=96, max_batch_tokens=64))
+    e = Engine(tiny_llama, PhysicalSettings(arena_pages=96, max_batch_tokens=64))
     yield e
     e.pool.clear()
     assert e.free_pages == e.plan.arena_pages

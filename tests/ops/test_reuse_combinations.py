@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
@@ -61,7 +61,7 @@ COMBINATIONS = [Reuse(*flags) for flags in itertools.product([True, False], repe
 
 @pytest.fixture(scope="module")
 def threshold(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=512, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=512, max_batch_tokens=256))
     docs, _, _ = _workload()
     f, _ = run_filter(engine, docs, [[9, 10], [11]], ANSWERS, threshold=0.0, reuse=Reuse.none())
     return float(np.percentile([min(p) for p in f.p_yes], 40))  # some rows fail each predicate
@@ -69,7 +69,7 @@ def threshold(tiny_llama):
 
 @pytest.fixture(scope="module")
 def scratch(tiny_llama, threshold):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=512, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=512, max_batch_tokens=256))
     return _pipeline(engine, Reuse.none(), threshold)
 
 
@@ -77,7 +77,7 @@ def scratch(tiny_llama, threshold):
 @pytest.mark.parametrize("reuse", COMBINATIONS, ids=lambda r: "".join("RSTBA"[i] if v else "-" for i, v in
                                                                        enumerate(vars(r).values())))
 def test_answers_do_not_depend_on_reuse(tiny_llama, threshold, scratch, reuse, pages):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=pages, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=pages, max_batch_tokens=256))
     (f, c, jb, jc), stats, retained = _pipeline(engine, reuse, threshold)
     (f0, c0, jb0, jc0), stats0, _ = scratch
     assert f.passed == f0.passed and 0 < sum(f.passed) < len(f.passed)
@@ -101,5 +101,5 @@ def test_answers_do_not_depend_on_reuse(tiny_llama, threshold, scratch, reuse, p
         assert stats[1].tokens_reused["retention"] > 0
         assert stats[1].document_tokens_computed > 0  # the kept documents outgrew the pool: some recomputed
     if not reuse.sharing:
-        assert sum(s.tokens_reused["prefix"] for s in stats) == 0
+        assert sum(s.tokens_reused["sharing"] for s in stats) == 0
     assert engine.free_pages == pages and len(engine.pool) == 0  # the last consumer released everything

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
@@ -27,7 +27,7 @@ def _accounted(stats):
 
 @pytest.fixture
 def engine(tiny_llama):
-    e = Engine(tiny_llama, PhysicalPlan(arena_pages=64, max_batch_tokens=256))
+    e = Engine(tiny_llama, PhysicalSettings(arena_pages=64, max_batch_tokens=256))
     yield e
     e.pool.clear()
     assert e.free_pages == e.plan.arena_pages
@@ -61,7 +61,7 @@ def test_join_rewinds_the_anchor_for_each_partner(engine):
 
 
 def test_classify_after_filter_reuses_retained_document_kv(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=256, max_batch_tokens=256))
     docs = _docs(10, 20, 70, seed=6)
     questions = [[9, 10], [11, 12, 13]]
     passed, s_f = run_filter(engine, docs, questions, ANSWERS, threshold=0.0, retain=Retain())
@@ -78,7 +78,7 @@ def test_classify_after_filter_reuses_retained_document_kv(tiny_llama):
 
 
 def test_eviction_keeps_what_waiting_work_claims_soonest(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=40, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=40, max_batch_tokens=256))
     docs = _docs(8, 40, 48, seed=10)  # 3-4 pages each
     run_filter(engine, docs, [[9]], ANSWERS, threshold=0.0, retain=Retain())
     a, stats = run_classify(engine, docs, [14, 15], LABELS)
@@ -90,7 +90,7 @@ def test_eviction_keeps_what_waiting_work_claims_soonest(tiny_llama):
 
 
 def test_retained_kv_is_evicted_when_admission_needs_pages(tiny_llama):
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=24, max_batch_tokens=128))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=24, max_batch_tokens=128))
     docs = _docs(6, 40, 60, seed=7)
     run_filter(engine, docs, [[9]], ANSWERS, threshold=0.0, retain=Retain())
     assert engine.pool.pages > 0

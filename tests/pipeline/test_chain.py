@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from quail.cli.main import main
-from quail.pipeline.runner import chains
+from quail.pipeline.runner import window_groups
 from quail.specs import OperatorSpec
 
 
@@ -25,7 +25,7 @@ def test_chains_follow_a_producers_rows_on_its_column():
              _spec("j", "join", ["g", "u"]), _spec("k", "classify", ["j"]),  # a join's output is new rows
              _spec("o", "classify", ["f"], column="title"),  # another column: other documents
              _spec("h", "filter", ["u"]), _spec("m", "join", ["f", "h"]))  # its right side runs later
-    assert [[s.name for s in g] for g in chains(specs, {"t", "u"})] == \
+    assert [[s.name for s in g] for g in window_groups(specs, {"t", "u"})] == \
         [["f", "c", "g", "j"], ["k"], ["o"], ["h"], ["m"]]
 
 

@@ -8,7 +8,7 @@ import pytest
 from quail.planner.band import band_for, decides
 
 
-def _chain(row, low):
+def _rewound(row, low):
     """What the small model computes in the cascade, at threshold `low`: up to the first P(yes) below it."""
     asked = []
     for p in row:
@@ -20,7 +20,7 @@ def _chain(row, low):
 
 def _brute(probs, labels, low, high):
     """(rows the small model answers, of them right) for one band."""
-    chains = [_chain(row, low) for row in probs]
+    chains = [_rewound(row, low) for row in probs]
     sure = [i for i, c in enumerate(chains) if decides(c, low, high)]
     return len(sure), sum(all(p is not None and p >= low for p in chains[i]) == labels[i] for i in sure)
 

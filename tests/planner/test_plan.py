@@ -57,9 +57,9 @@ def test_plan_is_deterministic_with_a_stable_hash():
 
 def test_limit_and_switches():
     specs = [OperatorSpec("f", "filter", ("t",), ("text",), ("Q?",), limit=5)]
-    assert plan(specs)["f"].prefix_sharing is False
+    assert plan(specs)["f"].sharing is False
     assert plan(specs)["f"].rewind is False  # one question, nothing retained: nothing to rewind
-    assert plan(_pipeline(), sharing=False)["topics"].prefix_sharing is False
+    assert plan(_pipeline(), sharing=False)["topics"].sharing is False
     assert plan(_pipeline(), retention_on=False)["good"].retain is None
 
 
@@ -75,7 +75,7 @@ def chain_of_operators(n: int) -> list[OperatorSpec]:
 
 
 def test_planning_100_operators_is_complete_and_deterministic():
-    """(Its time is measured by bench/planning.py, not asserted here.)"""
+    """(Its time is measured by `python -m bench micro planning`, not asserted here.)"""
     specs = chain_of_operators(100)
     p = plan(specs)
     assert len(p.operators) == 100 and p.hash == plan(specs).hash

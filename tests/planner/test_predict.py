@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from quail.executor.engine import Engine, PhysicalPlan
+from quail.executor.engine import Engine, PhysicalSettings
 from quail.ops.classify import run_classify
 from quail.ops.join import run_join
 from quail.ops.prompts import YesNoTokens
@@ -30,7 +30,7 @@ def test_classify_and_join_predictions_match_the_run(tiny_llama):
               "j": OperatorTokens(docs, [len(condition)], partners=[len(x) for x in partners],
                                   stem=stem([x + condition for x in partners]))}
     predicted = predict(p, tokens)
-    engine = Engine(tiny_llama, PhysicalPlan(arena_pages=256, max_batch_tokens=256))
+    engine = Engine(tiny_llama, PhysicalSettings(arena_pages=256, max_batch_tokens=256))
     _, c = run_classify(engine, docs, question, labels)
     _, j = run_join(engine, docs, partners, condition, ANSWERS)
     for name, actual in (("c", c), ("j", j)):

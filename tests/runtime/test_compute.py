@@ -4,7 +4,7 @@ in the model's context is refused before the window is computed."""
 import pytest
 
 from quail.errors import QuailError
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.runtime.compute import compute
 from quail.planner.plan import plan
 from quail.specs import OperatorSpec
@@ -13,7 +13,7 @@ from quail.session import Session
 
 
 def test_a_predicate_longer_than_the_context_is_refused_before_the_window_is_computed(smollm2, monkeypatch):
-    session = Session(smollm2, PhysicalPlan(arena_pages=64, max_batch_tokens=512))
+    session = Session(smollm2, PhysicalSettings(arena_pages=64, max_batch_tokens=512))
     monkeypatch.setattr(session.engine, "run", lambda *a, **k: pytest.fail("computed"))
     spec = OperatorSpec("sport", "filter", ("news",), ("text",), ("word " * 8300,))
     with pytest.raises(QuailError, match=r"operator 'sport': predicate is 8,3\d\d tokens with its prompt, which "

@@ -222,7 +222,7 @@ def test_two_homes_share_the_answers_and_the_second_computes_none(tmp_path, clus
     scratch = run("c", "c.parquet", "--no-reuse")
     assert first["tokens_computed"] > 0 and second["tokens_computed"] == 0
     assert scratch["tokens_computed"] == scratch["tokens_naive"] == first["tokens_naive"]  # no reuse: all computed
-    assert second["tokens_reused"]["answers"] == second["tokens_naive"] == first["tokens_naive"]
+    assert second["tokens_reused"]["store"] == second["tokens_naive"] == first["tokens_naive"]
     a, b = pq.read_table(tmp_path / "b.parquet"), pq.read_table(tmp_path / "c.parquet")
     assert all(abs(x - y) < 1e-4 for x, y in zip(a.column("p_yes_1").to_pylist(), b.column("p_yes_1").to_pylist()))
     monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "a"))

@@ -144,10 +144,10 @@ def test_a_second_run_finds_every_answer_and_they_equal_computing_from_scratch(t
     filt = ["filter", docs, "--text-column", "text", "--predicate", "Is it about a river?", "--predicate",
             "Is it about money?", "--keep-all"]
     cold = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--output", tmp_path / "a.parquet")
-    assert cold["tokens_reused"]["answers"] == 0
+    assert cold["tokens_reused"]["store"] == 0
     warm = _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--output", tmp_path / "b.parquet")
-    assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["answers"] == warm["tokens_naive"] == cold["tokens_naive"]
-    assert warm["predicted"]["tokens_reused"]["answers"] == warm["tokens_reused"]["answers"]  # counted before the run
+    assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["store"] == warm["tokens_naive"] == cold["tokens_naive"]
+    assert warm["predicted"]["tokens_reused"]["store"] == warm["tokens_reused"]["store"]  # counted before the run
     _run(tmp_path, tiny_model_dir, *filt, "--threshold", "0", "--no-reuse", "--output", tmp_path / "c.parquet")
     _close(tmp_path / "b.parquet", tmp_path / "c.parquet", ["p_yes_1", "p_yes_2"])
     # another threshold still finds them, and decides by itself
@@ -159,7 +159,7 @@ def test_a_second_run_finds_every_answer_and_they_equal_computing_from_scratch(t
     other = _run(tmp_path, tiny_model_dir, "filter", docs, "--text-column", "text", "--predicate", "Is it about a river?",
                  "--predicate", "Is it about sport?", "--keep-all", "--threshold", "0",
                  "--output", tmp_path / "f.parquet")
-    assert 0 < other["tokens_computed"] < other["tokens_naive"] and other["tokens_reused"]["answers"] == 0
+    assert 0 < other["tokens_computed"] < other["tokens_naive"] and other["tokens_reused"]["store"] == 0
     # a classify: its labels are part of the question
     cls = ["classify", docs, "--text-column", "text", "--label", "nature", "--label", "money"]
     first = _run(tmp_path, tiny_model_dir, *cls, "--output", tmp_path / "g.parquet")
@@ -167,7 +167,7 @@ def test_a_second_run_finds_every_answer_and_they_equal_computing_from_scratch(t
     assert first["tokens_computed"] > 0 and again["tokens_computed"] == again["predicted"]["tokens_computed"] == 0
     _close(tmp_path / "g.parquet", tmp_path / "h.parquet", ["p_nature", "p_money"])
     relabelled = _run(tmp_path, tiny_model_dir, *cls, "--label", "sport", "--output", tmp_path / "i.parquet")
-    assert relabelled["tokens_reused"]["answers"] == 0
+    assert relabelled["tokens_reused"]["store"] == 0
 
 
 def test_switched_off_the_accounting_is_as_without_a_store(tmp_path, docs, tiny_model_dir):
@@ -177,7 +177,7 @@ def test_switched_off_the_accounting_is_as_without_a_store(tmp_path, docs, tiny_
     again = _run(tmp_path, tiny_model_dir, *filt, "--no-answer-store")
     accounting = ("tokens_naive", "tokens_computed", "tokens_reused")
     assert [first[k] for k in accounting] == [again[k] for k in accounting]
-    assert first["tokens_reused"]["answers"] == 0 and not (tmp_path / "answers.sqlite").exists()
+    assert first["tokens_reused"]["store"] == 0 and not (tmp_path / "answers.sqlite").exists()
 
 
 def test_a_joins_pairs_are_stored_and_found_again(tmp_path, docs, tiny_model_dir):
@@ -188,7 +188,7 @@ def test_a_joins_pairs_are_stored_and_found_again(tmp_path, docs, tiny_model_dir
     first = _run(tmp_path, tiny_model_dir, *join, "--output", tmp_path / "a.parquet")
     again = _run(tmp_path, tiny_model_dir, *join, "--output", tmp_path / "b.parquet")
     assert first["tokens_computed"] > 0 and again["tokens_computed"] == again["predicted"]["tokens_computed"] == 0
-    assert again["tokens_reused"]["answers"] == again["tokens_naive"] == first["tokens_naive"]
+    assert again["tokens_reused"]["store"] == again["tokens_naive"] == first["tokens_naive"]
     _close(tmp_path / "a.parquet", tmp_path / "b.parquet", ["p_yes"])
 
 
@@ -203,7 +203,7 @@ def test_a_truncated_joins_rerun_is_predicted_as_it_runs(tmp_path, docs, tiny_mo
     again = _run(tmp_path, tiny_model_dir, *join, "--output", tmp_path / "b.parquet")
     assert first["rows_truncated"] == 2 and first["tokens_computed"] > 0
     assert again["tokens_computed"] == again["predicted"]["tokens_computed"] == 0
-    assert again["predicted"]["tokens_reused"]["answers"] == again["tokens_reused"]["answers"] == first["tokens_naive"]
+    assert again["predicted"]["tokens_reused"]["store"] == again["tokens_reused"]["store"] == first["tokens_naive"]
     _close(tmp_path / "a.parquet", tmp_path / "b.parquet", ["p_yes"])
 
 

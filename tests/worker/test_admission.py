@@ -33,11 +33,11 @@ TEXTS = ["The striker scored.", "Rates rose."]
 
 @pytest.fixture
 def worker(smollm2, tmp_path):
-    from quail.executor.engine import PhysicalPlan
+    from quail.executor.engine import PhysicalSettings
     from quail.session import Session
 
     location = f"grpc+unix://{tmp_path}/w.sock"
-    server = Worker(Session(smollm2, PhysicalPlan(arena_pages=64, max_batch_tokens=256)), location, token="t0k")
+    server = Worker(Session(smollm2, PhysicalSettings(arena_pages=64, max_batch_tokens=256)), location, token="t0k")
     yield server, location
     server.shutdown()
 
@@ -145,7 +145,7 @@ def test_one_dag_queues_at_most_max_queued_jobs_and_a_submission_waits_its_turn(
 
 
 def test_a_live_workers_socket_is_not_taken_over_and_a_stale_one_is(worker, smollm2, tmp_path):
-    from quail.executor.engine import PhysicalPlan
+    from quail.executor.engine import PhysicalSettings
     from quail.session import Session
 
     server, location = worker
@@ -162,7 +162,7 @@ def test_a_live_workers_socket_is_not_taken_over_and_a_stale_one_is(worker, smol
     s.close()  # a socket file nobody listens on: a worker that died
     old = os.umask(0)
     try:
-        second = Worker(Session(smollm2, PhysicalPlan(arena_pages=16, max_batch_tokens=64)), f"grpc+unix://{stale}",
+        second = Worker(Session(smollm2, PhysicalSettings(arena_pages=16, max_batch_tokens=64)), f"grpc+unix://{stale}",
                         token="t2")
     finally:
         os.umask(old)

@@ -4,7 +4,7 @@ and the classify's own job finds them, with the answers it would have computed a
 
 import pytest
 
-from quail.executor.engine import PhysicalPlan
+from quail.executor.engine import PhysicalSettings
 from quail.runtime.compute import compute
 from quail.planner.plan import plan
 from quail.specs import OperatorSpec
@@ -31,7 +31,7 @@ def test_only_a_filter_or_classify_of_the_same_column_without_templates_is_compu
 
 @pytest.fixture
 def client(smollm2, tmp_path):
-    session = Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+    session = Session(smollm2, PhysicalSettings(arena_pages=256, max_batch_tokens=512))
     session.store = SqliteStore(tmp_path / "answers.sqlite")
     server = Worker(session, f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
     yield WorkerClient(f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
@@ -49,8 +49,8 @@ def test_the_consumer_finds_what_its_producer_computed_ahead(client, smollm2):
     rows = [([t for t, _ in kept], list(range(len(kept))))]  # the classify reads the filter's output
     job2, _ = client.submit(Identity("news", "kind", "run1"), CLASSIFY, p["kind"], Reuse(), rows, plan=p)
     s = client.wait(job2, poll=0.05)["stats"]
-    assert s["tokens_computed"] == 0 and s["tokens_reused"]["answers"] == s["tokens_naive"] > 0
-    alone = Session(smollm2, PhysicalPlan(arena_pages=256, max_batch_tokens=512))
+    assert s["tokens_computed"] == 0 and s["tokens_reused"]["store"] == s["tokens_naive"] > 0
+    alone = Session(smollm2, PhysicalSettings(arena_pages=256, max_batch_tokens=512))
     expected, _ = compute(alone, CLASSIFY, p["kind"], Reuse.none(), rows)
     got = client.fetch(job2)
     for label in ("match", "money"):

@@ -73,10 +73,10 @@ def pki(tmp_path):
 
 
 def _serve(smollm2, location: str, tls: tuple[bytes, bytes] | None) -> Worker:
-    from quail.executor.engine import PhysicalPlan
+    from quail.executor.engine import PhysicalSettings
     from quail.session import Session
 
-    server = Worker(Session(smollm2, PhysicalPlan(arena_pages=64, max_batch_tokens=256)), location, TOKEN, tls=tls)
+    server = Worker(Session(smollm2, PhysicalSettings(arena_pages=64, max_batch_tokens=256)), location, TOKEN, tls=tls)
     threading.Thread(target=server.serve, daemon=True).start()
     return server
 

@@ -3,7 +3,7 @@
 Small JSON files under $QUAIL_HOME of counts per key. `selectivity.json`, keyed by a filter's
 fingerprint: rows asked and passed; the estimate is Laplace's rule of succession, (passed + 1) /
 (rows + 2): 0.5 before any observation. `written.json`, keyed by an extract's field or a map's
-instruction (kinds/extract.py `written_parts`): rows and tokens written; the estimate is their mean.
+instruction (kinds/extract.py `field_keys`): rows and tokens written; the estimate is their mean.
 A file that is not such a mapping (garbage, a cut-off write, another shape) is set aside beside it,
 with a warning, and the run goes on with no counts.
 """
@@ -65,10 +65,10 @@ class _Counts:
     def record(self, counts: dict[str, tuple[int, int]]) -> None:
         """Adds each key's counts, in one write."""
         data = self._read()
-        for key, (first, second) in counts.items():
+        for key, (rows, tokens) in counts.items():
             seen = data.setdefault(key, dict.fromkeys(self.fields, 0))
-            seen[self.fields[0]] += first
-            seen[self.fields[1]] += second
+            seen[self.fields[0]] += rows
+            seen[self.fields[1]] += tokens
         write_text_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))
 
 

@@ -34,8 +34,8 @@ def default_max_batch_tokens(device: torch.device) -> int:
 
 
 @dataclass(frozen=True)
-class PhysicalPlan:
-    """The physical plan settings: how big the arena is and how much one forward pass may take."""
+class PhysicalSettings:
+    """The physical settings: how big the arena is and how much one forward pass may take."""
 
     arena_pages: int
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
@@ -44,7 +44,7 @@ class PhysicalPlan:
 
     @classmethod
     def for_model(cls, model: LlamaModel, arena_pages: int | None = None, max_batch_tokens: int | None = None,
-                  utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> "PhysicalPlan":
+                  utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> "PhysicalSettings":
         """Sized from the device's memory (executor/memory.py); `arena_pages` overrides, checked."""
         max_batch_tokens = max_batch_tokens or default_max_batch_tokens(model.device)
         sizing = plan_memory(model, max_batch_tokens, PAGE_SIZE, utilization, arena_pages)
@@ -52,7 +52,7 @@ class PhysicalPlan:
 
 
 class Engine:
-    def __init__(self, model: LlamaModel, plan: PhysicalPlan, cost: CostModel | None = None):
+    def __init__(self, model: LlamaModel, plan: PhysicalSettings, cost: CostModel | None = None):
         cfg = model.cfg
         self.model = model
         self.plan = plan
@@ -106,7 +106,7 @@ class Engine:
         for i, k in copies:
             results[i] = out.results[k]
             stats.tokens_naive += out.naive[k].tokens_naive
-            stats.tokens_reused["prefix"] += out.naive[k].tokens_naive
+            stats.tokens_reused["sharing"] += out.naive[k].tokens_naive
             for name, s in out.naive_steps[k].items():
                 step = stats.step(name)
                 step.tokens_naive += s.tokens_naive

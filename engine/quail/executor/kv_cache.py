@@ -60,7 +60,7 @@ class PagedKVCache:
         pages = seq.pages[: length // self.page_size]
         for page in pages:
             self.pages.incref(page)
-        return Seq(seq.tokens[:length], list(pages), 0, {"prefix": length})
+        return Seq(seq.tokens[:length], list(pages), 0, {"sharing": length})
 
     def release(self, seq: Seq) -> None:
         self.rewind(seq, 0)

@@ -6,7 +6,7 @@ class Seq:
     """One token sequence whose KV lives in the arena: a document, possibly with a question on top.
 
     `fresh` and `credits` serve the accounting: tokens computed but not yet charged to a prompt, and
-    tokens this sequence received from another mechanism ("prefix", "retention") not yet credited.
+    tokens this sequence received from another mechanism ("sharing", "retention") not yet credited.
     """
 
     tokens: list[int] = field(default_factory=list)

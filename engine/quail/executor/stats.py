@@ -3,7 +3,7 @@
 from dataclasses import asdict, dataclass, field
 from typing import overload
 
-from quail.constants import MECHANISMS
+from quail.constants import MECHANISMS, mechanisms_of
 
 
 @dataclass
@@ -81,5 +81,5 @@ class Stats:
     @classmethod
     def from_dict(cls, d: dict) -> "Stats":
         return cls(**(d | {"steps": {k: StepStats(**v) for k, v in d["steps"].items()},
-                           "tokens_reused": dict.fromkeys(MECHANISMS, 0) | d["tokens_reused"],
+                           "tokens_reused": dict.fromkeys(MECHANISMS, 0) | mechanisms_of(d["tokens_reused"]),
                            "by_model": {k: dict(v) for k, v in d.get("by_model", {}).items()}}))

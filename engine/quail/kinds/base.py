@@ -84,13 +84,13 @@ class OperatorKind:
         return []
 
     # predicting it
-    def written_parts(self, spec: OperatorSpec) -> list[str]:
+    def field_keys(self, spec: OperatorSpec) -> list[str]:
         """The keys of the written-token counts (cost/observed.py) whose observed means make a row's
         expected writing; none for a kind that writes nothing."""
         return []
 
     def expected_written(self, spec: OperatorSpec, means: list[float]) -> float:
-        """The tokens a row is expected to write, from the means of its `written_parts`."""
+        """The tokens a row is expected to write, from the means of its `field_keys`."""
         return sum(means)
 
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:

@@ -32,7 +32,7 @@ from quail.specs import FIELD_TYPES, FieldSpec, OperatorSpec
 
 DEFAULT_INSTRUCTION = "Extract these fields from the document."
 # One line with json.dumps' separators: the form models saw most. Without the spaces, the 0.5B
-# wrote null for every nationality of bench/extract_quality.py's people; with free whitespace it
+# wrote null for every nationality of bench/quality/extract.py's people; with free whitespace it
 # wrote the same answers in a third more tokens. The grammar writes with them (ops/grammar.py), and
 # they are part of a stored extraction's key (`asked`).
 JSON_SEPARATORS = (", ", ": ")
@@ -299,7 +299,7 @@ class Extract(Writes):
     def columns_added(self, spec: OperatorSpec) -> list[str]:
         return [f.name for f in spec.fields] + ["truncated", "invalid"]
 
-    def written_parts(self, spec: OperatorSpec) -> list[str]:
+    def field_keys(self, spec: OperatorSpec) -> list[str]:
         """A field's mean is its `"name": value` tokens, kept per field, so that a schema that gains
         or loses a field still finds the others' means."""
         return [f"extract field\x1f{json.dumps(dataclasses.asdict(f), sort_keys=True)}" for f in spec.fields]

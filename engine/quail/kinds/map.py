@@ -76,7 +76,7 @@ class Map(Writes):
     def columns_added(self, spec: OperatorSpec) -> list[str]:
         return [spec.output_column or DEFAULT_COLUMN, "truncated"]
 
-    def written_parts(self, spec: OperatorSpec) -> list[str]:
+    def field_keys(self, spec: OperatorSpec) -> list[str]:
         return [f"map\x1f{spec.questions[0]}"]
 
     def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],

@@ -122,7 +122,7 @@ def _cascade(value: object, info: ValidationInfo) -> Cascade | None:
 
 
 def cascade_from_args(args: argparse.Namespace) -> dict | None:
-    """The cascade setting from the CLI's --cascade options (cli/main.py), as a pipeline file gives it."""
+    """The cascade setting from the CLI's --cascade options (cli/run.py), as a pipeline file gives it."""
     if (args.cascade is None) != (args.cascade_band is None and args.cascade_target is None) \
             or (args.cascade_band is not None and args.cascade_target is not None):
         raise QuailError("--cascade MODEL goes with one of --cascade-band LOW HIGH and --cascade-target METRIC=T")

@@ -113,9 +113,10 @@ class LlamaModel:
     @property
     def nbytes(self) -> int:
         """Bytes the weights take on the device (a tied lm_head counted once)."""
-        parts = {id(t): t for t in (self.embed, self.lm_head, self.norm)}
-        parts |= {id(p): p for layer in self.layers for f in fields(layer) if (p := getattr(layer, f.name)) is not None}
-        return sum(p.nbytes for p in parts.values())
+        tensors = {id(t): t for t in (self.embed, self.lm_head, self.norm)}
+        tensors |= {id(p): p for layer in self.layers for f in fields(layer)
+                    if (p := getattr(layer, f.name)) is not None}
+        return sum(p.nbytes for p in tensors.values())
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.cfg.rms_norm_eps)

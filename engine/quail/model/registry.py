@@ -75,15 +75,15 @@ def not_installed(model: EmbeddedModel) -> QuailError:
 def _assemble(model: EmbeddedModel) -> Path:
     target = cache_dir() / f"{model.name}.gguf"
     if not target.exists():
-        parts = []
+        pieces = []
         for pkg in model.packages:
             d = package_dir(pkg)
             if d is None:
                 raise not_installed(model)
-            parts.extend(sorted((d / "data").glob("*.bin")))
+            pieces.extend(sorted((d / "data").glob("*.bin")))
         with replaced_atomically(target) as tmp, open(tmp, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as f:
+            for piece in pieces:
+                with open(piece, "rb") as f:
                     while chunk := f.read(1 << 24):
                         out.write(chunk)
     return target  # its digest is checked as it loads (model/loader.py)

@@ -31,7 +31,7 @@ class FilterResult:
     from_store: set[int] = field(default_factory=set)  # rows answered from the answer store
 
 
-def _chain(engine: Engine, doc: list[int], questions: list[list[int]], yes_no: YesNoTokens, threshold: float,
+def _rewound(engine: Engine, doc: list[int], questions: list[list[int]], yes_no: YesNoTokens, threshold: float,
            retain: Retain | None, bias: list[float] | None) -> Callable[[Seq | None], ProgramGen]:
     ids, n_yes = yes_no.ids, len(yes_no.yes)
     state = len(doc) + stem(questions)  # the questions' common opening stays with the document
@@ -115,7 +115,7 @@ def run_filter(
         return merged, stats
     longest_q = max(len(q) for q in questions)
     retain = retain if reuse.retention else None
-    make = _chain if reuse.rewind else _scratch
+    make = _rewound if reuse.rewind else _scratch
     # one prompt at a time; rewinding, it extends the document in place
     programs = [Program(make(engine, doc, questions, yes_no, threshold, retain, bias),
                         program_pages(engine.cache.pages_for, reuse.rewind, len(doc) + longest_q, 0,

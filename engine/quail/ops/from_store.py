@@ -27,7 +27,7 @@ def credit_stored(stats: Stats, prompts: list[tuple[int, str | None]]) -> None:
     """prompts: (tokens, step) of each prompt a stored answer stood for."""
     for tokens, step in prompts:
         stats.tokens_naive += tokens
-        stats.tokens_reused["answers"] += tokens
+        stats.tokens_reused["store"] += tokens
         if (s := stats.step(step)) is not None:
             s.tokens_naive += tokens
             s.prompts += 1

@@ -1,7 +1,7 @@
 """Prompt layout: [chat preamble][document][question][answer cue], the question after the document
 so that the document's KV can be kept while questions change.
 
-Measured on qwen2.5-coder-0.5b with bench/accuracy.py (issue 2): with the assistant turn pre-filled
+Measured on qwen2.5-coder-0.5b with bench/quality/accuracy.py (issue 2): with the assistant turn pre-filled
 with "Answer:", "Answer Yes or No." scored 1.00 on the sport filter where "Answer yes or no." scored
 0.80 (it never said yes: mean P(yes) 0.37 on sport items against 0.59).
 """

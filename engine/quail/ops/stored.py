@@ -5,13 +5,15 @@ A kind says what its answers are keyed by (kinds/<kind>.py `keys`) and how they 
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from quail.executor.engine import Engine
 from quail.executor.stats import Stats
 from quail.kinds.base import Key
 from quail.reuse import Retain, Reuse
 from quail.store import Store, answer_key
+
+if TYPE_CHECKING:
+    from quail.executor.engine import Engine
 
 Value = list[float]  # one stored answer: `width` probabilities, or a written output (store/values.py)
 K = TypeVar("K", covariant=True)
@@ -70,7 +72,7 @@ class Run:
     """How one operator runs: on which engine, with which reuse, keeping which of its documents' KV
     for later operators, telling whom its progress, with which answer store (None: none)."""
 
-    engine: Engine
+    engine: "Engine"
     reuse: Reuse = Reuse()
     retain: Retain | None = None
     progress: Callable[[int, int], None] | None = None

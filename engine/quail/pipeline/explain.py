@@ -16,17 +16,19 @@ def _accounting(p: Prediction | Stats) -> str:
     r = p.tokens_reused
     saved = 1 - p.tokens_computed / p.tokens_naive if p.tokens_naive else 0.0
     return (f"{p.tokens_computed:,.0f} computed of {p.tokens_naive:,.0f} without reuse ({saved:.0%} saved); "
-            f"reused: rewind {r['rewind']:,.0f}, prefix {r['prefix']:,.0f}, retention {r['retention']:,.0f}"
-            + (f", answers {r['answers']:,.0f}" if r.get("answers") else "")
-            + (_written(p) if p.tokens_generated else ""))
+            f"reused: rewind {r['rewind']:,.0f}, sharing {r['sharing']:,.0f}, retention {r['retention']:,.0f}"
+            + (f", store {r['store']:,.0f}" if r.get("store") else "")
+            + _written(p))
 
 
 def _written(p: Prediction | Stats) -> str:
     if not isinstance(p, Prediction):
-        return f"; written {p.tokens_generated:,.0f}"
-    if round(p.tokens_generated_expected) < round(p.tokens_generated):
-        return f"; written about {p.tokens_generated_expected:,.0f} (at most {p.tokens_generated:,.0f})"
-    return f"; written at most {p.tokens_generated:,.0f}"
+        return f"; written {p.tokens_generated:,.0f}" if p.tokens_generated else ""
+    if not p.tokens_generated_at_most:
+        return ""
+    if round(p.tokens_generated_expected) < round(p.tokens_generated_at_most):
+        return f"; written about {p.tokens_generated_expected:,.0f} (at most {p.tokens_generated_at_most:,.0f})"
+    return f"; written at most {p.tokens_generated_at_most:,.0f}"
 
 
 def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel, arena_pages: int,
@@ -46,7 +48,7 @@ def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel,
         if op.selectivity is not None:
             lines.append(f"  selectivity estimate: {op.selectivity:.2f}")
         lines.append(f"  chain mode (KV rewind): {'on' if op.rewind else 'off'}")
-        lines.append(f"  prefix sharing: {'on' if op.prefix_sharing else 'off'} ({op.sharing_reason})")
+        lines.append(f"  prefix sharing: {'on' if op.sharing else 'off'} ({op.sharing_reason})")
         if op.retain is None:
             lines.append("  retain: nothing")
         else:

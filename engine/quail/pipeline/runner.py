@@ -116,7 +116,7 @@ class Runner:
 
     def _partners(self, plan: Plan) -> dict[str, list[str]]:
         """Each join's right-side texts, from the table its rows come from."""
-        return {s.name: [t for part in self._texts(self._table_of(plan, s.inputs[1]), s.columns[1]) for t in part]
+        return {s.name: [t for texts in self._texts(self._table_of(plan, s.inputs[1]), s.columns[1]) for t in texts]
                 for s in plan.specs if kind_of(s.kind).arity > 1}
 
     def predict(self, session: Session, plan: Plan, specs: list[OperatorSpec] | None = None) -> dict[str, Prediction]:
@@ -140,14 +140,14 @@ class Runner:
                 source = self.source(table)
                 windows = (text_column(w, column, source.name, self.on_null, first)[0]
                            for first, w in self.windows(session, head))
-            for k, part in enumerate(windows):
-                _predict_window(session, plan, group, part, k, partners, self.truncate, out)
+            for k, texts in enumerate(windows):
+                _predict_window(session, plan, group, texts, k, partners, self.truncate, out)
         return out
 
     def plan_windows(self, session: Session, plan: Plan, reuse: Reuse) -> list[list[OperatorSpec]]:
         """The chains. A chain over a table whose consumers reuse retained KV has its windows cut to
         the retention pool (`windows`)."""
-        groups = chains(plan.specs, set(self.pipeline.tables))
+        groups = window_groups(plan.specs, set(self.pipeline.tables))
         for group in groups:
             if len(group) > 1 and reuse.retention and group[0].inputs[0] in self.pipeline.tables:
                 self.fitted.update((s.name, group[0]) for s in group)
@@ -194,7 +194,8 @@ class Runner:
                         _predict_window(session, plan, group, window.inputs[0][0], window.k, partners, self.truncate,
                                         predicted)
                     predict_window = predict_group
-                done = self._chain(session, group, plan, reuse, progress, targets, publication, predict_window)
+                done = self._pipeline_window(session, group, plan, reuse, progress, targets, publication,
+                                             predict_window)
                 for spec in group:
                     session.engine.consumed(spec.name)
                     rows_out, stats, escalated = done[spec.name]
@@ -206,9 +207,10 @@ class Runner:
         order = [s.name for s in plan.specs]
         return sorted(runs, key=lambda r: order.index(r.spec.name))
 
-    def _chain(self, session: Session, group: list[OperatorSpec], plan: Plan, reuse: Reuse, progress: Callable,
-               targets: dict[str, str], publication: Publication,
-               predict_window: Callable[[Window], None] | None = None) -> dict[str, tuple[int, Stats, Prediction]]:
+    def _pipeline_window(self, session: Session, group: list[OperatorSpec], plan: Plan, reuse: Reuse,
+                         progress: Callable, targets: dict[str, str], publication: Publication,
+                         predict_window: Callable[[Window], None] | None = None) \
+            -> dict[str, tuple[int, Stats, Prediction]]:
         """Each operator's rows written, accounting, and predicted share of a cascade's larger model
         (known once each window's answers are). The head reads its table in windows; each consumer
         is fed its producer's output window as soon as it is written. `predict_window`, if given,
@@ -227,16 +229,16 @@ class Runner:
         def run_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
             done = compute_window(session, plan, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
                                   bars[spec.name])
-            if (observed := runtime_of(spec.kind).observed(window.spec, done.answers)) is not None:
+            if (observed := runtime_of(spec.kind).observed(window.spec, done.results)) is not None:
                 seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
-            for part, counts in runtime_of(spec.kind).written_observed(window.spec, done.answers,
+            for key, counts in runtime_of(spec.kind).written_observed(window.spec, done.results,
                                                                        session.loaded.tokenizer.encode_batch).items():
-                total = wrote[spec.name].setdefault(part, [0, 0])
+                total = wrote[spec.name].setdefault(key, [0, 0])
                 total[0], total[1] = total[0] + counts[0], total[1] + counts[1]
             source = first.name if spec is head else fed[spec.name].source
-            table, counted = window.shaped(done.answers, source)
+            table, counted = window.shaped(done.results, source)
             if spec.name in reviews:
-                reviews[spec.name].write(window.review(done.answers, source))
+                reviews[spec.name].write(window.review(done.results, source))
             return WindowDone(table.num_rows, counted, done.stats, done.escalated), sink.write(table)
 
         with ExitStack() as stack:
@@ -271,7 +273,7 @@ class Runner:
             if seen[spec.name][0]:
                 SelectivityCounts().record({spec.fingerprint(): (seen[spec.name][0], seen[spec.name][1])})
             if wrote[spec.name]:
-                WrittenCounts().record({part: (rows, tokens) for part, (rows, tokens) in wrote[spec.name].items()})
+                WrittenCounts().record({key: (rows, tokens) for key, (rows, tokens) in wrote[spec.name].items()})
         return {s.name: (sinks[s.name].rows, totals[s.name].stats, totals[s.name].predicted) for s in group}
 
 
@@ -283,7 +285,7 @@ def _predict_window(session: Session, plan: Plan, specs: list[OperatorSpec], tex
         out[s.name].add(predict(session, plan, s, docs, partners.get(s.name, []), truncate=truncate, probed=k > 0))
 
 
-def chains(specs: tuple[OperatorSpec, ...], tables: set[str]) -> list[list[OperatorSpec]]:
+def window_groups(specs: tuple[OperatorSpec, ...], tables: set[str]) -> list[list[OperatorSpec]]:
     """The operators grouped into chains, in order. An operator joins the chain of its first input
     when that input is an operator of the chain that keeps its rows (a filter or a classify, not a
     join), read on the same text column, and its other inputs (a join's right side) are tables or

@@ -30,16 +30,16 @@ class Window:
     tables: list[pa.Table]  # this window of the first input, then the other inputs whole
     inputs: list[tuple[list[str], list[int]]]  # per input: its texts and their row numbers
 
-    def shaped(self, answers: pa.Table, source: str) -> tuple[pa.Table, int]:
-        """The window's output rows from its answers, and how many of them count toward a limit."""
+    def shaped(self, results: pa.Table, source: str) -> tuple[pa.Table, int]:
+        """The window's output rows from its results, and how many of them count toward a limit."""
         run = runtime_of(self.spec.kind)
-        return run.shape(self.spec, run.in_window(answers, self.offset), self.tables, source), run.counted_rows(answers)
+        return run.shape(self.spec, run.in_window(results, self.offset), self.tables, source), run.counted_rows(results)
 
-    def review(self, answers: pa.Table, source: str) -> pa.Table:
+    def review(self, results: pa.Table, source: str) -> pa.Table:
         """The window's rows inside a cascade's band, which the larger model answered: every input
         column, `passed` and the probabilities, whatever the output keeps, for a person to review."""
         run = runtime_of(self.spec.kind)
-        whole = run.shape(replace(self.spec, keep_all=True, limit=None), run.in_window(answers, self.offset),
+        whole = run.shape(replace(self.spec, keep_all=True, limit=None), run.in_window(results, self.offset),
                           self.tables, source)
         return whole.filter(whole.column("cascaded"))
 
@@ -93,10 +93,10 @@ class Windowed:
     def window(self, table: pa.Table, last: bool, offset: int | None = None) -> Window:
         """The next window, whose rows start at `offset` of the input (by default, after the last)."""
         offset = self.next_row if offset is None else offset
-        part = self.spec if self.spec.limit is None else replace(self.spec, limit=self.spec.limit - self.counted)
+        window_spec = self.spec if self.spec.limit is None else replace(self.spec, limit=self.spec.limit - self.counted)
         inputs = [text_column(table, self.spec.columns[0], self.source, self.on_null, offset)] + self.fixed
         self.made += 1
-        return Window(self.made - 1, offset, last, part, [table] + [t for t, _ in self.others], inputs)
+        return Window(self.made - 1, offset, last, window_spec, [table] + [t for t, _ in self.others], inputs)
 
     @property
     def independent(self) -> bool:
@@ -169,8 +169,9 @@ def check_count(value: object, what: str) -> int | None:
 def check_budget(name: str, predicted: Prediction, max_tokens: int | None, what: str = "max_tokens") -> None:
     """Refuses, before anything is computed, an operator whose plan predicts more computed tokens
     than its budget: prompt tokens, and the most an extract or a map may write."""
-    if max_tokens is not None and (most := predicted.tokens_computed + predicted.tokens_generated) > max_tokens:
-        written = f" (with at most {round(predicted.tokens_generated):,} written)" if predicted.tokens_generated else ""
+    if max_tokens is not None and (most := predicted.tokens_computed + predicted.tokens_generated_at_most) > max_tokens:
+        written = f" (with at most {round(predicted.tokens_generated_at_most):,} written)" \
+            if predicted.tokens_generated_at_most else ""
         raise QuailError(f"operator {name!r}: the plan predicts {round(most):,} computed tokens{written}, "
                          f"over its budget ({what} {max_tokens:,}); nothing was computed")
 

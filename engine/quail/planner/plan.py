@@ -20,7 +20,7 @@ from quail.specs import OperatorSpec
 class OperatorPlan:
     name: str
     rewind: bool  # chain mode (KV rewind)
-    prefix_sharing: bool
+    sharing: bool
     sharing_reason: str
     retain: retention.RetentionEntry | None
     selectivity: float | None  # a filter's estimate: observed, or the prior
@@ -33,7 +33,8 @@ class OperatorPlan:
         keep = d.get("retain")
         if keep is not None:
             keep = retention.RetentionEntry(tuple(keep["consumers"]), keep["passed"], keep["failed"])
-        return cls(d["name"], d["rewind"], d["prefix_sharing"], d["sharing_reason"], keep, d["selectivity"],
+        sharing = d["sharing"] if "sharing" in d else d["prefix_sharing"]  # an older Quail's name (#49)
+        return cls(d["name"], d["rewind"], sharing, d["sharing_reason"], keep, d["selectivity"],
                    d.get("certain", True), d.get("written"))
 
 
@@ -110,9 +111,9 @@ def plan(specs: list[OperatorSpec], observed: dict[str, float] | None = None, *,
         else:
             share, why = True, "per document, where the compute saved exceeds the KV writes"
         sel = retention.selectivity(s, observed) if kind.narrows else None
-        chain = rewind and (kind.asks_more_than_once(s) or keep is not None)
-        parts = kind.written_parts(s)
-        expected = kind.expected_written(s, [written[p] for p in parts]) if parts and all(
-            p in written for p in parts) else None
-        ops.append(OperatorPlan(s.name, chain, share, why, keep, sel, written=expected))
+        rewinds = rewind and (kind.asks_more_than_once(s) or keep is not None)
+        keys = kind.field_keys(s)
+        expected = kind.expected_written(s, [written[p] for p in keys]) if keys and all(
+            p in written for p in keys) else None
+        ops.append(OperatorPlan(s.name, rewinds, share, why, keep, sel, written=expected))
     return Plan(tuple(specs), tuple(ops))

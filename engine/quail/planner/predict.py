@@ -10,7 +10,7 @@ read by the consumers that follow it.
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from quail.constants import MECHANISMS
+from quail.constants import MECHANISMS, mechanisms_of
 from quail.kinds import kind_of
 from quail.kinds.base import OperatorTokens
 from quail.planner.plan import OperatorPlan, Plan
@@ -23,13 +23,13 @@ class Prediction:
     tokens_naive: float = 0.0
     tokens_computed: float = 0.0
     tokens_reused: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MECHANISMS, 0.0))
-    tokens_generated: float = 0.0  # the most an extract or a map may write: each row's max_new_tokens
+    tokens_generated_at_most: float = 0.0  # the most an extract or a map may write: each row's max_new_tokens
     tokens_generated_expected: float = 0.0  # what it is expected to write: the observed mean, else the most
 
     def add(self, other: "Prediction") -> None:
         self.tokens_naive += other.tokens_naive
         self.tokens_computed += other.tokens_computed
-        self.tokens_generated += other.tokens_generated
+        self.tokens_generated_at_most += other.tokens_generated_at_most
         self.tokens_generated_expected += other.tokens_generated_expected
         for k, v in other.tokens_reused.items():
             self.tokens_reused[k] += v
@@ -37,14 +37,15 @@ class Prediction:
     @classmethod
     def from_dict(cls, d: dict) -> "Prediction":
         most = d.get("tokens_generated_at_most", 0.0)
-        return cls(d["tokens_naive"], d["tokens_computed"], dict.fromkeys(MECHANISMS, 0.0) | d["tokens_reused"],
+        return cls(d["tokens_naive"], d["tokens_computed"], dict.fromkeys(MECHANISMS, 0.0)
+                   | mechanisms_of(d["tokens_reused"]),
                    most, d.get("tokens_generated_expected", most))
 
     def rounded(self) -> dict:
         d = {"tokens_naive": round(self.tokens_naive), "tokens_computed": round(self.tokens_computed),
              "tokens_reused": {k: round(v) for k, v in self.tokens_reused.items()}}
-        if self.tokens_generated:
-            d["tokens_generated_at_most"] = round(self.tokens_generated)
+        if self.tokens_generated_at_most:
+            d["tokens_generated_at_most"] = round(self.tokens_generated_at_most)
             d["tokens_generated_expected"] = round(self.tokens_generated_expected)
         return d
 
@@ -103,7 +104,7 @@ def _with_stored(t: OperatorTokens, stored: dict[int, int] | None, reach: float,
         return predict(t)
     p = predict(replace(t, docs=[d for i, d in enumerate(t.docs) if i not in stored]))
     p.tokens_naive += reach * sum(stored.values())
-    p.tokens_reused["answers"] += reach * sum(stored.values())
+    p.tokens_reused["store"] += reach * sum(stored.values())
     return p
 
 
@@ -117,7 +118,7 @@ def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int],
                 held: float, page_size: int) -> Prediction:
     """reach: the probability that a document reaches the operator; held: that it finds its KV retained."""
     asked, common = prompts
-    tree = PrefixTree.build(t.docs, page_size) if op.prefix_sharing else PrefixTree.flat(len(t.docs))
+    tree = PrefixTree.build(t.docs, page_size) if op.sharing else PrefixTree.flat(len(t.docs))
     p = Prediction()
     for doc, shared in zip(t.docs, tree.shared):
         n = len(doc)
@@ -129,11 +130,11 @@ def _accounting(t: OperatorTokens, prompts: tuple[list[tuple[float, int]], int],
             computed = sum(a * (doc_new + extra) for a, extra in asked)
         p.tokens_naive += reach * naive
         p.tokens_computed += reach * computed
-        p.tokens_generated += reach * t.written
+        p.tokens_generated_at_most += reach * t.written
         p.tokens_generated_expected += reach * (t.written if op.written is None else min(op.written, t.written))
         first = (asked[0][0] if asked else 0.0) if op.rewind else sum(a for a, _ in asked)
         p.tokens_reused["retention"] += reach * held * n * first
-        p.tokens_reused["prefix"] += reach * (1 - held) * shared * first
+        p.tokens_reused["sharing"] += reach * (1 - held) * shared * first
     p.tokens_reused["rewind"] = p.tokens_naive - p.tokens_computed - p.tokens_reused["retention"] \
-        - p.tokens_reused["prefix"]
+        - p.tokens_reused["sharing"]
     return p

@@ -1,5 +1,5 @@
-"""What every operator kind does at run time, above the session: compute a window's answers, and
-shape them into output rows. Answers are keyed by input row number (`row`, or a join's
+"""What every operator kind does at run time, above the session: compute a window's results, and
+shape them into output rows. Results are keyed by input row number (`row`, or a join's
 `left_row`/`right_row`), which is what the worker sends back; shaping needs the input tables and
 happens where they are."""
 
@@ -35,26 +35,26 @@ class KindRuntime:
     def compute(self, session: "Session", spec: OperatorSpec, inputs: Inputs, reuse: "Reuse",
                 retain: "Retain | None", truncate: bool,
                 progress: Callable[[int, int], None] | None) -> tuple[pa.Table, "Stats"]:
-        """The answers, one row per answered input row (keyed by `row`, or `left_row`/`right_row`)."""
+        """The results, one row per answered input row (keyed by `row`, or `left_row`/`right_row`)."""
         raise NotImplementedError
 
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
-        """The output table from the input tables and the answers."""
+    def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+        """The output table from the input tables and the results."""
         raise NotImplementedError
 
-    def in_window(self, answers: pa.Table, offset: int) -> pa.Table:
-        """Answers keyed by row number within the window that starts at row `offset` of the table."""
+    def in_window(self, results: pa.Table, offset: int) -> pa.Table:
+        """Results keyed by row number within the window that starts at row `offset` of the table."""
         anchor = self.kind.anchor
-        i = answers.schema.get_field_index(anchor)
-        return answers.set_column(i, anchor, pc.subtract(answers.column(i), pa.scalar(offset, pa.int64())))
+        i = results.schema.get_field_index(anchor)
+        return results.set_column(i, anchor, pc.subtract(results.column(i), pa.scalar(offset, pa.int64())))
 
-    def output_rows(self, spec: OperatorSpec, answers: pa.Table) -> list[int]:
+    def output_rows(self, spec: OperatorSpec, results: pa.Table) -> list[int]:
         """The input rows that the output holds (by row number), for a consumer of its output."""
-        return answers.column(self.kind.anchor).to_pylist()
+        return results.column(self.kind.anchor).to_pylist()
 
-    def counted_rows(self, answers: pa.Table) -> int:
-        """The rows of these answers that count toward a row limit."""
-        return answers.num_rows
+    def counted_rows(self, results: pa.Table) -> int:
+        """The rows of these results that count toward a row limit."""
+        return results.num_rows
 
     def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
                probes: bool) -> dict[int, int]:
@@ -72,12 +72,12 @@ class KindRuntime:
         prompts, _ = self.kind.prompts(replace(t, partners=[min(p, room) for p in t.partners]), 1.0)
         return {i: sum(len(d) + extra for _, extra in prompts) for i, d in enumerate(docs)}
 
-    def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
+    def observed(self, spec: OperatorSpec, results: pa.Table) -> tuple[int, int] | None:
         """(rows asked, rows passed) for the selectivity counts, from a kind that narrows its rows."""
         return None
 
-    def written_observed(self, spec: OperatorSpec, answers: pa.Table,
+    def written_observed(self, spec: OperatorSpec, results: pa.Table,
                          encode: Callable[[list[str]], list[list[int]]]) -> dict[str, tuple[int, int]]:
-        """(rows, tokens written) by part (OperatorKind.written_parts) for the written-token counts,
+        """(rows, tokens written) by part (OperatorKind.field_keys) for the written-token counts,
         from the rows written whole; none for a kind that writes nothing."""
         return {}

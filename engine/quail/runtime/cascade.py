@@ -26,13 +26,13 @@ def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predica
                    reuse: bool | Reuse = True, retain: Retain | None = None, truncate: bool = False,
                    progress: Callable[[int, int], None] | None = None, rows: list[int] | None = None,
                    calibration: str = "auto") -> tuple[FilterResult, list[bool], Stats]:
-    """The answers, whether the large model gave each one, and the two models' accounting merged.
-    The small model runs at threshold `low`, so that chain mode stops only at a sure no and a sure
-    row passed exactly when all its P(yes) are above `high`; `threshold` is the large model's. Each
-    model calibrates as `calibration` resolves for it; the large model retains nothing, since later
+    """The results, whether the cascade model gave each one, and the two models' accounting merged.
+    The small model runs at threshold `low`, so that rewind stops only at a sure no and a sure
+    row passed exactly when all its P(yes) are above `high`; `threshold` is the cascade model's. Each
+    model calibrates as `calibration` resolves for it; the cascade model retains nothing, since later
     operators run on the session's model."""
     rows = rows if rows is not None else list(range(len(texts)))
-    large = session.peer(cascade.model)  # a model that cannot load is refused before anything runs
+    cascade_model = session.cascade_model(cascade.model)  # a model that cannot load is refused before anything runs
     chosen = None
     if not cascade.chosen:
         cascade, chosen = choose_band(session, cascade, texts, predicates, threshold, reuse, truncate, progress,
@@ -43,12 +43,12 @@ def cascade_filter(session: Session, cascade: Cascade, texts: list[str], predica
     unsure = [i for i, p in enumerate(result.p_yes) if not decides(p, low, high)]
     escalated, more = [False] * len(texts), Stats()
     if unsure:
-        second, more = large.filter([texts[i] for i in unsure], predicates, threshold, None, reuse, None, truncate,
-                                    _tokens_only(progress), [rows[i] for i in unsure], calibration)
+        checked, more = cascade_model.filter([texts[i] for i in unsure], predicates, threshold, None, reuse, None,
+                                             truncate, _tokens_only(progress), [rows[i] for i in unsure], calibration)
         for j, i in enumerate(unsure):
-            result.p_yes[i], result.raw_p_yes[i] = second.p_yes[j], second.raw_p_yes[j]
-            result.passed[i], escalated[i] = second.passed[j], True
-    stats.merge(more.of_model(large.loaded.name, len(unsure)))
+            result.p_yes[i], result.raw_p_yes[i] = checked.p_yes[j], checked.raw_p_yes[j]
+            result.passed[i], escalated[i] = checked.passed[j], True
+    stats.merge(more.of_model(cascade_model.loaded.name, len(unsure)))
     if chosen is not None:
         stats.merge(chosen)
     return result, escalated, stats
@@ -63,14 +63,14 @@ def choose_band(session: Session, cascade: Cascade, texts: list[str], predicates
     tokens_only = _tokens_only(progress)
     small, stats = session.filter(texts, predicates, 0.0, None, reuse, None, truncate, tokens_only, rows, calibration)
     picked = _sample(texts, cascade.sample)
-    large = session.peer(cascade.model)
-    big, big_stats = large.filter([texts[i] for i in picked], predicates, 0.0, None, reuse, None, truncate,
-                                  tokens_only, [rows[i] for i in picked], calibration)
-    truth = [all(p is not None and p > threshold for p in big.p_yes[j]) for j in range(len(picked))]
+    cascade_model = session.cascade_model(cascade.model)
+    checked, checked_stats = cascade_model.filter([texts[i] for i in picked], predicates, 0.0, None, reuse, None,
+                                                  truncate, tokens_only, [rows[i] for i in picked], calibration)
+    truth = [all(p is not None and p > threshold for p in checked.p_yes[j]) for j in range(len(picked))]
     asked = [[p for p in small.p_yes[i] if p is not None] for i in picked]  # threshold 0 asks every predicate
     g = choose(*cascade.goal(), cascade.delta, asked, truth)
     stats = stats.of_model(f"{session.loaded.name} (choosing the band)", len(texts))
-    stats.merge(big_stats.of_model(f"{large.loaded.name} (choosing the band)", len(picked)))
+    stats.merge(checked_stats.of_model(f"{cascade_model.loaded.name} (choosing the band)", len(picked)))
     return replace(cascade, low=g.low, high=g.high), _guaranteed(stats, g)
 
 
@@ -83,27 +83,29 @@ def cascade_classify(session: Session, cascade: Cascade, texts: list[str], label
     probability lies inside the band (for a target: [0, high], chosen on these rows) are labelled
     again by the larger model, whose labels and probabilities replace its own."""
     rows = rows if rows is not None else list(range(len(texts)))
-    large = session.peer(cascade.model)
+    cascade_model = session.cascade_model(cascade.model)
     result, stats = session.classify(texts, labels, question, reuse, retain, truncate, progress, rows, calibration,
                                      descriptions)
     stats.of_model(session.loaded.name, len(texts))
     if not cascade.chosen:  # the small model's labels are in hand: the larger model labels a sample
         picked = _sample(texts, cascade.sample)
-        big, chosen = large.classify([texts[i] for i in picked], labels, question, reuse, None, truncate,
-                                     _tokens_only(progress), [rows[i] for i in picked], calibration, descriptions)
+        checked, chosen = cascade_model.classify([texts[i] for i in picked], labels, question, reuse, None, truncate,
+                                                 _tokens_only(progress), [rows[i] for i in picked], calibration,
+                                                 descriptions)
         g = choose_labels(cascade.goal()[1], cascade.delta, [max(result.probabilities[i]) for i in picked],
-                          [result.labels[i] == big.labels[j] for j, i in enumerate(picked)])
+                          [result.labels[i] == checked.labels[j] for j, i in enumerate(picked)])
         cascade = replace(cascade, low=g.low, high=g.high)
-        stats.merge(_guaranteed(chosen.of_model(f"{large.loaded.name} (choosing the band)", len(picked)), g))
+        stats.merge(_guaranteed(chosen.of_model(f"{cascade_model.loaded.name} (choosing the band)", len(picked)), g))
     low, high = cascade.band()
     unsure = [i for i, p in enumerate(result.probabilities) if low <= max(p) <= high]
     escalated = [False] * len(texts)
     if unsure:
-        second, more = large.classify([texts[i] for i in unsure], labels, question, reuse, None, truncate,
-                                      _tokens_only(progress), [rows[i] for i in unsure], calibration, descriptions)
+        checked, more = cascade_model.classify([texts[i] for i in unsure], labels, question, reuse, None, truncate,
+                                                 _tokens_only(progress), [rows[i] for i in unsure], calibration,
+                                                 descriptions)
         for j, i in enumerate(unsure):
-            result.probabilities[i], result.labels[i], escalated[i] = second.probabilities[j], second.labels[j], True
-        stats.merge(more.of_model(large.loaded.name, len(unsure)))
+            result.probabilities[i], result.labels[i], escalated[i] = checked.probabilities[j], checked.labels[j], True
+        stats.merge(more.of_model(cascade_model.loaded.name, len(unsure)))
     return result, escalated, stats
 
 
@@ -119,7 +121,7 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
     (left index, right index) the larger model answered, and the accounting."""
     left_rows = left_rows if left_rows is not None else list(range(len(left)))
     right_rows = right_rows if right_rows is not None else list(range(len(right)))
-    large = session.peer(cascade.model)
+    cascade_model = session.cascade_model(cascade.model)
     result, stats = session.join(left, right, condition, reuse, retain, truncate, progress, left_rows, right_rows,
                                  calibration, partner)
     stats.of_model(session.loaded.name, len(left))
@@ -132,9 +134,9 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
         found: dict[tuple[int, int], float] = {}
         done = Stats()
         for i, js in by_left.items():
-            r, more = large.join([left[i]], [right[j] for j in js], condition, reuse, None, truncate,
-                                 _tokens_only(progress), [left_rows[i]], [right_rows[j] for j in js], calibration,
-                                 partner)
+            r, more = cascade_model.join([left[i]], [right[j] for j in js], condition, reuse, None, truncate,
+                                         _tokens_only(progress), [left_rows[i]], [right_rows[j] for j in js],
+                                         calibration, partner)
             found.update(((i, j), p) for j, p in zip(js, r.p_yes[0]))
             done.merge(more)
         return found, done
@@ -142,18 +144,18 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
     if not cascade.chosen:
         every = [(i, j) for i in range(len(left)) for j in range(len(right))]
         picked = [every[k] for k in _sample(left + right, cascade.sample, len(every))]
-        big, chosen = asked(picked)
+        checked, chosen = asked(picked)
         g = choose(*cascade.goal(), cascade.delta, [[result.p_yes[i][j]] for i, j in picked],
-                   [big[pair] >= threshold for pair in picked])
+                   [checked[pair] >= threshold for pair in picked])
         cascade = replace(cascade, low=g.low, high=g.high)
-        stats.merge(_guaranteed(chosen.of_model(f"{large.loaded.name} (choosing the band)", len(picked)), g))
+        stats.merge(_guaranteed(chosen.of_model(f"{cascade_model.loaded.name} (choosing the band)", len(picked)), g))
     low, high = cascade.band()
     unsure = [(i, j) for i, row in enumerate(result.p_yes) for j, p in enumerate(row) if low <= p <= high]
     if unsure:
-        second, more = asked(unsure)
-        for (i, j), p in second.items():
+        checked, more = asked(unsure)
+        for (i, j), p in checked.items():
             result.p_yes[i][j] = p
-        stats.merge(more.of_model(large.loaded.name, len({i for i, _ in unsure})))
+        stats.merge(more.of_model(cascade_model.loaded.name, len({i for i, _ in unsure})))
     return result, set(unsure), stats
 
 

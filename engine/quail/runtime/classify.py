@@ -7,7 +7,6 @@ import pyarrow as pa
 
 from quail.kinds import kind_of
 from quail.kinds.classify import keys, render, top_columns
-from quail.ops.classify import ClassifyAnswers
 from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.runtime.outputs import scatter
 from quail.specs import OperatorSpec
@@ -42,16 +41,17 @@ class ClassifyRuntime(KindRuntime):
             columns["cascaded"] = pa.array(escalated, pa.bool_())  # the larger model labelled the row
         return pa.table(columns), stats
 
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+    def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         [table] = tables
         names = ["label"] + [f"p_{label}" for label in spec.labels] + (["cascaded"] if spec.cascade else [])
         if spec.top_k is not None and spec.top_k > 1:
-            answers = _with_top(answers, spec)
+            results = _with_top(results, spec)
             names += top_columns(spec.top_k)
-        return scatter(answers, table.num_rows, names, source, table)
+        return scatter(results, table.num_rows, names, source, table)
 
     def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
                    probes: bool) -> dict[int, int]:
+        from quail.ops.classify import ClassifyAnswers  # here: the op loads torch, which parsing a DAG never does
         q, labels = render(session.layout, spec.questions[0], spec.labels, spec.descriptions)
         store = stored(session)
         known = store.known(keys(store.key, q, labels, docs, session.calibrating(spec.calibration)),
@@ -61,13 +61,13 @@ class ClassifyRuntime(KindRuntime):
 
 
 
-def _with_top(answers: pa.Table, spec: OperatorSpec) -> pa.Table:
-    """The answers with their K best labels (ties in label order) and those labels' probabilities."""
-    probs = list(zip(*(answers.column(f"p_{label}").to_pylist() for label in spec.labels)))
+def _with_top(results: pa.Table, spec: OperatorSpec) -> pa.Table:
+    """The results with their K best labels (ties in label order) and those labels' probabilities."""
+    probs = list(zip(*(results.column(f"p_{label}").to_pylist() for label in spec.labels)))
     order = [sorted(range(len(spec.labels)), key=lambda i: -p[i])[: spec.top_k] for p in probs]
-    answers = answers.append_column("p_label", pa.array([p[o[0]] for p, o in zip(probs, order)], pa.float64()))
+    results = results.append_column("p_label", pa.array([p[o[0]] for p, o in zip(probs, order)], pa.float64()))
     for i in range(1, cast(int, spec.top_k)):
-        answers = answers.append_column(f"label_{i + 1}", pa.array([spec.labels[o[i]] for o in order], pa.string()))
-        answers = answers.append_column(f"p_label_{i + 1}", pa.array([p[o[i]] for p, o in zip(probs, order)],
+        results = results.append_column(f"label_{i + 1}", pa.array([spec.labels[o[i]] for o in order], pa.string()))
+        results = results.append_column(f"p_label_{i + 1}", pa.array([p[o[i]] for p, o in zip(probs, order)],
                                                                      pa.float64()))
-    return answers
+    return results

@@ -1,4 +1,4 @@
-"""One operator's answers, keyed by input row number: what the worker sends back. Shaping them into
+"""One operator's results, keyed by input row number: what the worker sends back. Shaping them into
 the output table (outputs.py) needs the input tables and happens where they are."""
 
 from collections.abc import Callable
@@ -29,30 +29,30 @@ def retain_for(op: OperatorPlan, scope: str = "") -> Retain:
 def compute(session: Session, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
             inputs: list[tuple[list[str], list[int]]], truncate: bool = False,
             progress: Callable[[int, int], None] | None = None, scope: str = "") -> tuple[pa.Table, Stats]:
-    """inputs: per input, its texts and their row numbers. Returns the answers and the accounting."""
+    """inputs: per input, its texts and their row numbers. Returns the results and the accounting."""
     kind_of(spec.kind).check_room(session.layout, spec, session.context, f"operator {spec.name!r}")
-    reuse = Reuse(op.rewind and reuse.rewind, op.prefix_sharing and reuse.sharing, reuse.retention,
+    reuse = Reuse(op.rewind and reuse.rewind, op.sharing and reuse.sharing, reuse.retention,
                   reuse.borrowing, reuse.store)
     return runtime_of(spec.kind).compute(session, spec, inputs, reuse, retain_for(op, scope), truncate, progress)
 
 
 @dataclass
-class WindowAnswers:
-    """What computing one window (or one part of it) gives: the answers by input row, the accounting,
+class WindowResults:
+    """What computing one window (or one part of it) gives: the results by input row, the accounting,
     and a cascade's larger model's share of it."""
 
-    answers: pa.Table
+    results: pa.Table
     stats: Stats
     escalated: Prediction
 
 
 def compute_window(session: Session, plan: Plan, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
                    inputs: list[tuple[list[str], list[int]]], truncate: bool = False,
-                   progress: Callable[[int, int], None] | None = None, scope: str = "") -> WindowAnswers:
+                   progress: Callable[[int, int], None] | None = None, scope: str = "") -> WindowResults:
     """One window of an operator, as the CLI's runner and the worker both compute it."""
-    answers, stats = compute(session, spec, op, reuse, inputs, truncate, progress, scope)
-    escalated = predict_escalated(session, plan, spec, answers, inputs, truncate, stats)
-    return WindowAnswers(answers, stats, escalated)
+    results, stats = compute(session, spec, op, reuse, inputs, truncate, progress, scope)
+    escalated = predict_escalated(session, plan, spec, results, inputs, truncate, stats)
+    return WindowResults(results, stats, escalated)
 
 
 def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], use_store: bool = True) -> list[tuple[int, int]]:
@@ -116,10 +116,10 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     return p
 
 
-def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers: pa.Table,
+def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, results: pa.Table,
                       inputs: list[tuple[list[str], list[int]]], truncate: bool = False,
                       stats: Stats | None = None) -> Prediction:
-    """A cascade's larger model's share of a window, from the answers that say which of the window's
+    """A cascade's larger model's share of a window, from the results that say which of the window's
     rows (`inputs`: per input, texts and row numbers) it took: its prompts over them, with nothing
     retained for it (a join's: each left row with its right rows the larger model answered); and,
     where the window chose the band (`stats.guarantee`), what choosing it computed. Nothing for other
@@ -128,22 +128,22 @@ def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, answers:
         return Prediction()
     p = Prediction.from_dict(stats.guarantee["accounting"]) if stats is not None and stats.guarantee \
         else Prediction()
-    large = session.peer(spec.cascade.model)
-    cascaded = answers.column("cascaded").to_pylist()
+    cascade_model = session.cascade_model(spec.cascade.model)
+    escalated = results.column("cascaded").to_pylist()
     if kind_of(spec.kind).arity == 1:
-        asked: list[tuple[list[str], list[str]]] = [([t for t, c in zip(inputs[0][0], cascaded) if c], [])]
+        asked: list[tuple[list[str], list[str]]] = [([t for t, c in zip(inputs[0][0], escalated) if c], [])]
     else:
         (left, left_rows), (right, right_rows) = inputs
         lefts, rights = dict(zip(left_rows, left)), dict(zip(right_rows, right))
         by_left: dict[int, list[str]] = {}
-        for a, b, c in zip(answers.column("left_row").to_pylist(), answers.column("right_row").to_pylist(),
-                           cascaded):
+        for a, b, c in zip(results.column("left_row").to_pylist(), results.column("right_row").to_pylist(),
+                           escalated):
             if c:
                 by_left.setdefault(a, []).append(rights[b])
         asked = [([lefts[a]], partners) for a, partners in by_left.items()]
     for texts, partners in asked:
         if texts:
-            t = _tokens(large, spec, large.layout.documents(texts), partners, truncate)
-            p.add(predict_fresh(plan[spec.name], spec.kind, t, large.engine.plan.page_size))
-            p.add(_probes(large, plan, spec, partners, truncate, False))
+            t = _tokens(cascade_model, spec, cascade_model.layout.documents(texts), partners, truncate)
+            p.add(predict_fresh(plan[spec.name], spec.kind, t, cascade_model.engine.plan.page_size))
+            p.add(_probes(cascade_model, plan, spec, partners, truncate, False))
     return p

@@ -44,18 +44,18 @@ class ExtractRuntime(WritesRuntime):
         columns["invalid"] = pa.array(r.invalid, pa.list_(pa.string()))
         return pa.table(columns), stats
 
-    def written_observed(self, spec: OperatorSpec, answers: pa.Table,
+    def written_observed(self, spec: OperatorSpec, results: pa.Table,
                          encode: Callable[[list[str]], list[list[int]]]) -> dict[str, tuple[int, int]]:
         """Each field's `"name": value` as the grammar writes it (kinds/extract.py JSON_SEPARATORS),
         tokenized again: the written tokens split by field."""
-        whole = [i for i, cut in enumerate(answers.column("truncated").to_pylist()) if not cut]
+        whole = [i for i, cut in enumerate(results.column("truncated").to_pylist()) if not cut]
         if not whole:
             return {}
         out = {}
-        for f, part in zip(spec.fields, self.kind.written_parts(spec)):
-            values = answers.column(f.name).to_pylist()
+        for f, key in zip(spec.fields, self.kind.field_keys(spec)):
+            values = results.column(f.name).to_pylist()
             texts = [f"{json.dumps(f.name)}: {json.dumps(values[i], ensure_ascii=False, default=str)}" for i in whole]
-            out[part] = (len(whole), sum(map(len, encode(texts))))
+            out[key] = (len(whole), sum(map(len, encode(texts))))
         return out
 
     def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:

@@ -10,7 +10,6 @@ import pyarrow.compute as pc
 from quail.kinds import kind_of
 from quail.kinds.filter import keys, render, stored_prompts
 from quail.ops.calibration import column_means
-from quail.ops.filter import FilterAnswers
 from quail.ops.rewind import decided
 from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.runtime.outputs import scatter
@@ -38,7 +37,8 @@ class FilterRuntime(KindRuntime):
 
             r, escalated, stats = cascade_filter(session, spec.cascade, texts, list(spec.questions), spec.threshold,
                                                  reuse, retain, truncate, progress, rows, spec.calibration)
-            calibrated = any(s.calibrating(spec.calibration) for s in (session, session.peer(spec.cascade.model)))
+            cascade_model = session.cascade_model(spec.cascade.model)
+            calibrated = any(s.calibrating(spec.calibration) for s in (session, cascade_model))
         columns = {"row": pa.array(rows[: len(r.passed)], pa.int64()), "passed": pa.array(r.passed, pa.bool_())}
         # p_yes_k per predicate, and p_yes_raw_k, before calibration, where it was on
         for k in range(len(spec.questions)):
@@ -52,6 +52,7 @@ class FilterRuntime(KindRuntime):
 
     def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
                    probes: bool) -> dict[int, int]:
+        from quail.ops.filter import FilterAnswers  # here: the op loads torch, which parsing a DAG never does
         if spec.limit is not None:  # a row limit computes every row in order
             return {}
         questions = render(session.layout, spec.questions)
@@ -67,26 +68,26 @@ class FilterRuntime(KindRuntime):
         return {i: sum(t for t, _ in stored_prompts(doc, questions, len(raw))) for i, (doc, row) in
                 enumerate(zip(docs, known)) if (raw := decided(row, questions, threshold, bias)) is not None}
 
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+    def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         [table] = tables
-        passed = pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
+        passed = pc.filter(results.column("row"), results.column("passed")).to_pylist()[: spec.limit]
         if not spec.keep_all:
             return table.take(pa.array(passed, pa.int64()))
-        names = [n for n in answers.column_names if n != "row"]  # as computed: the worker resolved "auto"
-        out = scatter(answers, table.num_rows, names, source, table)
+        names = [n for n in results.column_names if n != "row"]  # as computed: the worker resolved "auto"
+        out = scatter(results, table.num_rows, names, source, table)
         if spec.limit is not None and len(passed) == spec.limit:
             out = out.slice(0, passed[-1] + 1)  # the rows up to the N-th passing one
         return out
 
-    def output_rows(self, spec: OperatorSpec, answers: pa.Table) -> list[int]:
+    def output_rows(self, spec: OperatorSpec, results: pa.Table) -> list[int]:
         if spec.keep_all:
-            return answers.column("row").to_pylist()
-        return pc.filter(answers.column("row"), answers.column("passed")).to_pylist()[: spec.limit]
+            return results.column("row").to_pylist()
+        return pc.filter(results.column("row"), results.column("passed")).to_pylist()[: spec.limit]
 
-    def counted_rows(self, answers: pa.Table) -> int:
-        return int(pc.sum(answers.column("passed")).as_py() or 0)
+    def counted_rows(self, results: pa.Table) -> int:
+        return int(pc.sum(results.column("passed")).as_py() or 0)
 
-    def observed(self, spec: OperatorSpec, answers: pa.Table) -> tuple[int, int] | None:
+    def observed(self, spec: OperatorSpec, results: pa.Table) -> tuple[int, int] | None:
         if spec.limit is not None:  # a limit stops early: what it saw is no sample of the table
             return None
-        return answers.num_rows, self.counted_rows(answers)
+        return results.num_rows, self.counted_rows(results)

@@ -9,7 +9,6 @@ import pyarrow.compute as pc
 
 from quail.kinds import kind_of
 from quail.kinds.join import keys, pair_room, partner, render
-from quail.ops.join import JoinAnswers
 from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.specs import OperatorSpec
 
@@ -50,6 +49,7 @@ class JoinRuntime(KindRuntime):
 
     def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
                    probes: bool) -> dict[int, int]:
+        from quail.ops.join import JoinAnswers  # here: the op loads torch, which parsing a DAG never does
         if not partners:
             return {}
         name = partner(spec)
@@ -62,17 +62,17 @@ class JoinRuntime(KindRuntime):
         prompts = self.store_hits_all(session, spec, docs, partners)
         return {i: prompts[i] for i, row in enumerate(known) if None not in row}
 
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+    def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         left, right = tables
-        if "cascaded" in answers.column_names and not spec.keep_all:  # the output: the pairs that matched
-            answers = answers.filter(pc.is_valid(answers.column("rank")))
-        lt, rt = left.take(answers.column("left_row")), right.take(answers.column("right_row"))
+        if "cascaded" in results.column_names and not spec.keep_all:  # the output: the pairs that matched
+            results = results.filter(pc.is_valid(results.column("rank")))
+        lt, rt = left.take(results.column("left_row")), right.take(results.column("right_row"))
         columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
         columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
-        columns["p_yes"] = answers.column("p_yes")
-        columns["rank"] = answers.column("rank")
-        if "cascaded" in answers.column_names:
-            columns["cascaded"] = answers.column("cascaded")
+        columns["p_yes"] = results.column("p_yes")
+        columns["rank"] = results.column("rank")
+        if "cascaded" in results.column_names:
+            columns["cascaded"] = results.column("cascaded")
         return pa.table(columns)
 
 

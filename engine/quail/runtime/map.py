@@ -31,12 +31,12 @@ class MapRuntime(WritesRuntime):
         return pa.table({"row": pa.array(rows, pa.int64()), written: pa.array(r.texts, pa.string()),
                          truncated: pa.array(r.truncated, pa.bool_())}), stats
 
-    def written_observed(self, spec: OperatorSpec, answers: pa.Table,
+    def written_observed(self, spec: OperatorSpec, results: pa.Table,
                          encode: Callable[[list[str]], list[list[int]]]) -> dict[str, tuple[int, int]]:
         written, truncated = self.kind.columns_added(spec)
-        texts = [t for t, cut in zip(answers.column(written).to_pylist(), answers.column(truncated).to_pylist())
+        texts = [t for t, cut in zip(results.column(written).to_pylist(), results.column(truncated).to_pylist())
                  if not cut]
-        return {self.kind.written_parts(spec)[0]: (len(texts), sum(map(len, encode(texts))))} if texts else {}
+        return {self.kind.field_keys(spec)[0]: (len(texts), sum(map(len, encode(texts))))} if texts else {}
 
     def asked(self, session: "Session", spec: OperatorSpec) -> tuple[str, int]:
         q = render(session.layout, spec.questions[0])

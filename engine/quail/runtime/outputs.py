@@ -20,9 +20,9 @@ def _add_columns(table: pa.Table, columns: dict, source: str) -> pa.Table:
     return table
 
 
-def scatter(answers: pa.Table, n: int, names: list[str], source: str, table: pa.Table) -> pa.Table:
+def scatter(results: pa.Table, n: int, names: list[str], source: str, table: pa.Table) -> pa.Table:
     """The answer columns placed at their rows; rows without an answer get nulls."""
     index = pa.array(range(n), pa.int64())
-    position = pc.index_in(index, value_set=answers.column("row"))
-    return _add_columns(table, {c: pc.take(answers.column(c), position) for c in names}, source)
+    position = pc.index_in(index, value_set=results.column("row"))
+    return _add_columns(table, {c: pc.take(results.column(c), position) for c in names}, source)
 

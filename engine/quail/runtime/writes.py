@@ -23,9 +23,9 @@ class WritesRuntime(KindRuntime):
         kinds/map.py `asked`), and the tokens of the prompt after the document."""
         raise NotImplementedError
 
-    def shape(self, spec: OperatorSpec, answers: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
+    def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         [table] = tables
-        return scatter(answers, table.num_rows, self.kind.columns_added(spec), source, table)
+        return scatter(results, table.num_rows, self.kind.columns_added(spec), source, table)
 
     def store_hits(self, session: "Session", spec: OperatorSpec, docs: list[list[int]], partners: list[str],
                    probes: bool) -> dict[int, int]:

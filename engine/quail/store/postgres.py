@@ -214,13 +214,14 @@ class PostgresStore:
                 return False
             with self._engine.begin() as db:
                 for lo in range(0, len(rows), BATCH):
-                    part = rows[lo: lo + BATCH]
+                    batch = rows[lo: lo + BATCH]
                     # a value that is not an answer (damaged) is stored over; an equal one is left alone
                     db.execute(text("INSERT INTO quail_answers SELECT * FROM unnest(:keys, :values, :used) "
                                     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, used = EXCLUDED.used "
                                     "WHERE quail_answers.value <> EXCLUDED.value"),
-                               {"keys": [k for k, _ in part], "values": [sealed(self.signed_by, k, v) for k, v in part],
-                                "used": [now] * len(part)})
+                               {"keys": [k for k, _ in batch],
+                                "values": [sealed(self.signed_by, k, v) for k, v in batch],
+                                "used": [now] * len(batch)})
             self._answered()
             return True
 

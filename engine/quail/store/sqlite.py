@@ -157,9 +157,9 @@ class SqliteStore:
         assert self._db is not None  # get asks an open store only
         try:
             for lo in range(0, len(keys), BATCH):
-                part = keys[lo : lo + BATCH]
+                batch = keys[lo : lo + BATCH]
                 yield from self._db.execute(f"SELECT key, value, used FROM answers WHERE key IN "
-                                            f"({','.join('?' * len(part))})", part).fetchall()
+                                            f"({','.join('?' * len(batch))})", batch).fetchall()
         except sqlite3.Error as e:
             self._failed("read", e)
 

@@ -27,9 +27,9 @@ def consumers_ahead(plan: Plan, spec: OperatorSpec) -> list[OperatorSpec]:
             and c.cascade is None and "{{" not in repr((c.columns, c.questions, c.labels, c.descriptions))]
 
 
-def consumer_input(spec: OperatorSpec, answers: pa.Table, inputs: list[tuple[list[str], list[int]]]) \
+def consumer_input(spec: OperatorSpec, results: pa.Table, inputs: list[tuple[list[str], list[int]]]) \
         -> tuple[list[str], list[int]]:
     """The texts (and row numbers) of the producer's window that its output holds."""
     texts = dict(zip(inputs[0][1], inputs[0][0]))
-    kept = runtime_of(spec.kind).output_rows(spec, answers)
+    kept = runtime_of(spec.kind).output_rows(spec, results)
     return [texts[r] for r in kept if r in texts], kept

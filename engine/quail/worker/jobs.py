@@ -82,8 +82,9 @@ class Submission:
     predict_only: bool = False  # the job's predicted accounting only, for a budget checked before any computing
 
     @property
-    def dag_plan(self) -> Plan:
-        """What the job's accounting is predicted from: the whole plan, holding this entry."""
+    def whole_plan(self) -> Plan:
+        """The plan the entry belongs to, or one of this operator alone: what the job's accounting is
+        predicted from."""
         return (self.plan or Plan((self.spec,), (self.op,))).with_entry(self.op)
 
 

@@ -27,9 +27,9 @@ def tcp_location(scheme: str, host: str, port: int) -> str:
 def check_location(location: str) -> str:
     """A worker location Flight can dial, or an error that says what one looks like."""
     try:
-        parts = urlsplit(location)
-        ok = bool(parts.path) if parts.scheme == "grpc+unix" else \
-            parts.scheme in ("grpc", "grpc+tcp", "grpc+tls") and bool(parts.hostname) and parts.port is not None
+        url = urlsplit(location)
+        ok = bool(url.path) if url.scheme == "grpc+unix" else \
+            url.scheme in ("grpc", "grpc+tcp", "grpc+tls") and bool(url.hostname) and url.port is not None
     except ValueError:  # a port that is not a number or out of range, an unclosed [IPv6 address
         ok = False
     if not ok:
@@ -40,8 +40,8 @@ def check_location(location: str) -> str:
 
 def socket_path(location: str) -> Path | None:
     """The Unix socket a location names; None for a TCP one."""
-    parts = urlsplit(location)
-    return Path(parts.path) if parts.scheme == "grpc+unix" else None
+    url = urlsplit(location)
+    return Path(url.path) if url.scheme == "grpc+unix" else None
 
 
 def is_tls(location: str) -> bool:

@@ -2,8 +2,8 @@
 tables, never pickle.
 
 submit (do_put): the descriptor's command is JSON {identity, spec, operator_plan, reuse, window,
-dag_plan, replaces, predict_only} (predict_only: the job's prediction, nothing computed):
-plan is the operator's entry, dag_plan the whole plan it belongs to, from which the worker predicts
+plan, replaces, predict_only} (predict_only: the job's prediction, nothing computed):
+operator_plan is the operator's entry, plan the whole plan it belongs to, from which the worker predicts
 the job's accounting (predicted vs actual). The table has one row per document: input (0, or 1 for
 a join's right side), row (the input row number), text.
 The worker answers with JSON {job, attached} in the put's metadata.
@@ -37,14 +37,14 @@ def submit_command(submission: Submission) -> bytes:
     sub = submission
     return json.dumps({"identity": asdict(sub.identity), "spec": sub.spec.to_dict(),
                        "operator_plan": asdict(sub.op), "reuse": asdict(sub.reuse), "window": asdict(sub.window),
-                       "dag_plan": sub.plan.to_dict() if sub.plan else None, "replaces": sub.replaces,
+                       "plan": sub.plan.to_dict() if sub.plan else None, "replaces": sub.replaces,
                        "predict_only": sub.predict_only}).encode()
 
 
 def _canonical(sub: Submission) -> bytes:
     """What it asks, re-serialized from the parsed objects, so the client's JSON layout never matters."""
     return json.dumps({"spec": sub.spec.to_dict(), "operator_plan": asdict(sub.op), "reuse": asdict(sub.reuse),
-                       "dag_plan": sub.plan.hash if sub.plan else None, "predict_only": sub.predict_only},
+                       "plan": sub.plan.hash if sub.plan else None, "predict_only": sub.predict_only},
                       sort_keys=True).encode()
 
 
@@ -76,10 +76,10 @@ class _Command:
 
     identity: Identity
     spec: OperatorSpec
-    operator_plan: OperatorPlan  # the operator's entry of dag_plan
+    operator_plan: OperatorPlan  # the operator's entry of plan
     reuse: Reuse
     window: Span = Span()
-    dag_plan: Plan | None = None
+    plan: Plan | None = None
     replaces: str | None = None
     predict_only: bool = False
     __pydantic_config__ = {"extra": "forbid"}
@@ -102,9 +102,9 @@ def parse_submit(command: bytes) -> Submission:
     w, i = c.window, c.identity
     if w.first_row < 0 or (w.table_rows is not None and w.table_rows < 0) or i.map_index < -1 or i.window < -1:
         raise QuailError(f"a malformed job submission: window {w} or identity {i} holds a negative row or index")
-    submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.dag_plan, c.replaces, c.predict_only)
+    submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.plan, c.replaces, c.predict_only)
     try:
-        _ = submission.dag_plan  # the entry must belong to the plan
+        _ = submission.whole_plan  # the entry must belong to the plan
     except QuailError as e:
         raise QuailError(f"a malformed job submission: {e}") from None
     spec = c.spec

@@ -312,18 +312,18 @@ class Worker(flight.FlightServerBase):
                 "queued_tokens": sum(j.queued_tokens for j in list(self.jobs.values())),
                 "active_jobs": sum(not j.ended for j in list(self.jobs.values())),
                 "memory": engine.plan.memory.to_dict() if engine.plan.memory else None,
-                "cascade_models": sorted(self.session.peers),
+                "cascade_models": sorted(self.session.cascade_models),
                 "answer_store": None if self.session.store is None else str(self.session.store.path),
                 "answer_store_unused": None if self.session.store is None else self.session.store.unused,
                 "pid": os.getpid()}
 
-    def _ahead(self, job: Job, consumers: list, answers: pa.Table, inputs: list) -> None:
+    def _ahead(self, job: Job, consumers: list, results: pa.Table, inputs: list) -> None:
         """The DAG's consumers of these rows, computed now while their KV is hot (worker/ahead.py)."""
         sub = job.submission
         for c in consumers:
-            texts, rows = consumer_input(sub.spec, answers, inputs)
+            texts, rows = consumer_input(sub.spec, results, inputs)
             try:
-                done = compute(self.session, c, sub.dag_plan[c.name], sub.reuse, [(texts, rows)],
+                done = compute(self.session, c, sub.whole_plan[c.name], sub.reuse, [(texts, rows)],
                                scope=sub.identity.scope)[1] if texts else None
                 seen = job.ahead.setdefault(c.name, dict.fromkeys(AHEAD, 0))
                 seen["rows"] += len(texts)
@@ -382,12 +382,12 @@ class Worker(flight.FlightServerBase):
             partners = job.inputs[1][0] if len(job.inputs) > 1 else []
             # nothing is computed ahead where there is nowhere to keep it (#48 18)
             use_store = sub.reuse.store and self.session.store is not None and self.session.store.unused is None
-            ahead = consumers_ahead(sub.dag_plan, sub.spec) if use_store else []
+            ahead = consumers_ahead(sub.whole_plan, sub.spec) if use_store else []
             cuts = self._parts(job, ahead)
             # before computing: what the answer store holds now, not what the job adds to it
             predicted = Prediction()
             for k, (lo, hi) in enumerate(cuts):
-                predicted.add(predict(self.session, sub.dag_plan, sub.spec, job.docs[lo:hi], partners, reached=True,
+                predicted.add(predict(self.session, sub.whole_plan, sub.spec, job.docs[lo:hi], partners, reached=True,
                                       use_store=sub.reuse.store, probed=k > 0))
             if sub.predict_only:
                 job.predicted, job.state = predicted.rounded(), JobState.DONE
@@ -396,23 +396,23 @@ class Worker(flight.FlightServerBase):
             stats: Stats | None = None
             for lo, hi in cuts:
                 inputs = [(job.inputs[0][0][lo:hi], job.inputs[0][1][lo:hi]), *job.inputs[1:]]
-                done = compute_window(self.session, sub.dag_plan, sub.spec, sub.op, sub.reuse, inputs,
+                done = compute_window(self.session, sub.whole_plan, sub.spec, sub.op, sub.reuse, inputs,
                                       progress=progress, scope=sub.identity.scope)
                 predicted.add(done.escalated)
-                self._ahead(job, ahead, done.answers, inputs)
-                tables.append(done.answers)
+                self._ahead(job, ahead, done.results, inputs)
+                tables.append(done.results)
                 stats = done.stats if stats is None else stats.merge(done.stats)
-            answers = pa.concat_tables(tables)
+            results = pa.concat_tables(tables)
             assert stats is not None  # a job has one part at least
             job.predicted = predicted.rounded()
-            if (seen := runtime_of(job.spec.kind).observed(job.spec, answers)) is not None:
+            if (seen := runtime_of(job.spec.kind).observed(job.spec, results)) is not None:
                 with self.lock:
                     self.selectivity.record({job.spec.fingerprint(): seen})
-            if wrote := runtime_of(job.spec.kind).written_observed(job.spec, answers,
+            if wrote := runtime_of(job.spec.kind).written_observed(job.spec, results,
                                                                    self.session.loaded.tokenizer.encode_batch):
                 with self.lock:
                     self.written.record(wrote)
-            job.results, job.stats, job.state = answers, stats.to_dict(), JobState.DONE
+            job.results, job.stats, job.state = results, stats.to_dict(), JobState.DONE
         except Cancelled:
             job.state = JobState.CANCELLED
         except QuailError as e:

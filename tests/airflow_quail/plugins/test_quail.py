@@ -39,10 +39,10 @@ def test_every_route_wants_an_airflow_user(airflow_env):
 
 MANIFEST = {"target": "sql://db/tech", "rows_in": 24, "rows_out": 17, "windows": 1,
             "stats": {"tokens_computed": 1730, "tokens_naive": 2938,
-                      "tokens_reused": {"rewind": 824, "prefix": 384, "retention": 0}},
+                      "tokens_reused": {"rewind": 824, "sharing": 384, "retention": 0}},
             "predicted": {"tokens_computed": 1903, "tokens_naive": 2938,
-                          "tokens_reused": {"rewind": 651, "prefix": 384, "retention": 0}},
-            "plan": {"plan_hash": "abc", "operator": {"rewind": True, "prefix_sharing": True,
+                          "tokens_reused": {"rewind": 651, "sharing": 384, "retention": 0}},
+            "plan": {"plan_hash": "abc", "operator": {"rewind": True, "sharing": True,
                                                       "retain": {"consumers": ["theme", "audience"]}}}}
 
 

@@ -41,7 +41,7 @@ def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
     assert set(stats) == set(JOKES_TASKS)
     # the theme classify reads tech's output: the worker computed its answers ahead, in tech's jobs, while
     # the KV was hot, and its own jobs found them in the answer store; the joins reused tech's KV
-    assert stats["theme"]["tokens_reused"]["answers"] > 0 and "computed the answers of theme ahead" in logs["1"]
+    assert stats["theme"]["tokens_reused"]["store"] > 0 and "computed the answers of theme ahead" in logs["1"]
     for task in JOKES_TASKS[2:]:
         assert stats[task]["tokens_reused"]["retention"] > 0, task  # KV the tech task computed
     for s in stats.values():
@@ -58,7 +58,7 @@ def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
         assert page["tasks"][task]["stats"] == stats[task]
         assert page["tasks"][task]["predicted"]["tokens_naive"] > 0  # the plan's figures beside the actual
     assert all(page["tasks"][t]["predicted"]["tokens_reused"]["retention"] > 0 for t in JOKES_TASKS[2:])
-    assert page["tasks"]["theme"]["predicted"]["tokens_reused"]["answers"] > 0  # found before its jobs ran
+    assert page["tasks"]["theme"]["predicted"]["tokens_reused"]["store"] > 0  # found before its jobs ran
     assert page["tasks"]["tech"]["plan"]["operator"]["retain"]["consumers"] == JOKES_TASKS[1:]
     _the_task_log_tells(logs["1"], page["tasks"])
 
@@ -71,7 +71,7 @@ def _the_task_log_tells(log: str, manifests: dict) -> None:
         saved = 1 - s["tokens_computed"] / s["tokens_naive"]
         assert f"{task}: rows out {m['rows_out']:,} of {m['rows_in']:,} in, written to {m['target']}" in log
         assert (f"actual:    {s['tokens_computed']:,} computed of {s['tokens_naive']:,} without reuse ({saved:.0%} "
-                f"saved); reused: rewind {r['rewind']:,}, prefix {r['prefix']:,}, retention {r['retention']:,}") in log
+                f"saved); reused: rewind {r['rewind']:,}, sharing {r['sharing']:,}, retention {r['retention']:,}") in log
         assert f"forward passes {s['forward_passes']}, peak pages {s['pages_peak']} of {s['pages_total']}" in log
     for phase in ("starting a local Quail worker for smollm2-135m", "loading smollm2-135m (float32, device auto)",
                   "loaded smollm2-135m in", "cost model calibrated in", "answers after"):
@@ -113,8 +113,8 @@ def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
     for t in ("failing_runs", "next_step"):
         same_rows(tables["1"][t], tables["0"][t])
     stats = _first_run(worker_jobs(tmp_path))
-    assert stats["failing_runs"]["tokens_reused"]["prefix"] > 0  # each trace extends the previous row
-    assert stats["next_step"]["tokens_reused"]["answers"] > 0  # computed ahead in failing_runs' jobs
+    assert stats["failing_runs"]["tokens_reused"]["sharing"] > 0  # each trace extends the previous row
+    assert stats["next_step"]["tokens_reused"]["store"] > 0  # computed ahead in failing_runs' jobs
     assert json.dumps(stats)  # plain JSON: what XCom's manifest carries
     db = f"sqlite://{tmp_path / 'demo.db'}"
     done = [e for e in map(json.loads, events.read_text().splitlines())
@@ -159,4 +159,4 @@ def test_support_dag_extracts_from_the_tickets_the_filter_kept_reusing_their_kv(
     assert ahead["rows"] == kept and ahead["retention"] > 0 and ahead["document_tokens_computed"] == 0
     assert ahead["tokens_generated"] > 0
     assert stats["triage"]["tokens_computed"] == stats["triage"]["tokens_generated"] == 0
-    assert stats["triage"]["tokens_reused"]["answers"] == stats["triage"]["tokens_naive"]
+    assert stats["triage"]["tokens_reused"]["store"] == stats["triage"]["tokens_naive"]

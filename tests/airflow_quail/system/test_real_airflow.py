@@ -71,7 +71,7 @@ def test_jokes_dag_under_a_real_airflow(airflow_env, tmp_path):
     finally:
         stop(procs)
     stats = {j["operator"]: j["stats"] for j in worker_jobs(tmp_path)}
-    assert stats["theme"]["tokens_reused"]["answers"] > 0  # computed ahead in tech's jobs, found in the store
+    assert stats["theme"]["tokens_reused"]["store"] > 0  # computed ahead in tech's jobs, found in the store
     for task in ("by_technology", "audience"):
         assert stats[task]["tokens_reused"]["retention"] > 0, task  # across task processes
     assert (Path(tmp_path) / "out" / "report.txt").exists()

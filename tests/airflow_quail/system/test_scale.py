@@ -57,9 +57,9 @@ def test_a_classify_of_a_filters_output_is_computed_ahead_at_any_table_size(airf
     print(f"{kept} of {ROWS} rows passed; computed ahead:", {k: sum(a[k] for a in ahead) for k in ahead[0]})
     found = [j["stats"] for j in with_store["topic"]]
     assert sum(s["tokens_computed"] for s in found) == 0
-    assert sum(s["tokens_reused"]["answers"] for s in found) == sum(s["tokens_naive"] for s in found) > 0
+    assert sum(s["tokens_reused"]["store"] for s in found) == sum(s["tokens_naive"] for s in found) > 0
     assert "tokens' worth of answers in the answer store" in logs[True]
     asked = [j["stats"] for j in without["topic"]]
-    assert sum(s["tokens_reused"]["answers"] for s in asked) == 0 and sum(s["tokens_computed"] for s in asked) > 0
+    assert sum(s["tokens_reused"]["store"] for s in asked) == 0 and sum(s["tokens_computed"] for s in asked) > 0
     for s in found + asked:
         assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]

@@ -76,7 +76,7 @@ def test_a_dags_runs_stay_on_its_worker_and_a_dead_workers_answers_are_shared(ai
         assert _runs_by_worker(workers, token) == {run_id(first): {home}, run_id(second): {home}}
         day1 = _jobs(home, token, run_id(first))
         assert day1["kept"]["tokens_computed"] > 0
-        assert day1["topic"]["tokens_reused"]["retention"] + day1["topic"]["tokens_reused"]["answers"] > 0
+        assert day1["topic"]["tokens_reused"]["retention"] + day1["topic"]["tokens_reused"]["store"] > 0
         assert all(s["tokens_computed"] == 0 for s in _jobs(home, token, run_id(second)).values())
 
         procs[home].kill()  # kill -9: its QUAIL_HOME and memory are gone with it, the store is not
@@ -85,7 +85,7 @@ def test_a_dags_runs_stay_on_its_worker_and_a_dead_workers_answers_are_shared(ai
         assert f"does not answer: failing over to {other}" in log and f"window(s) ran on {other} (1)" in log
         moved = _jobs(other, token, run_id(third))
         assert set(moved) == {"kept", "topic"}
-        assert all(s["tokens_computed"] == 0 and s["tokens_reused"]["answers"] == s["tokens_naive"] > 0
+        assert all(s["tokens_computed"] == 0 and s["tokens_reused"]["store"] == s["tokens_naive"] > 0
                    for s in moved.values()), moved
         for task in ("kept", "topic"):
             same_rows(*(pq.read_table(tmp_path / "out" / run_id(d) / f"{task}.parquet").to_pylist()

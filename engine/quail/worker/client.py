@@ -19,7 +19,7 @@ from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Span, Submission
 from quail.worker.locations import check_location, is_tls, socket_path, tls_options
 from quail.worker.protocol import BUSY, MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
-from quail.worker.tokens import CHALLENGE, PROOF, proof
+from quail.worker.tokens import CHALLENGE, proof
 
 DEFAULT_TIMEOUT = 30.0
 SUBMIT_BATCH_ROWS = 512
@@ -76,8 +76,7 @@ class WorkerClient:
         self.location, self.timeout, self.token = location, timeout, token
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self.options = flight.FlightCallOptions(headers=headers, timeout=timeout)
-        self.heard = _Heard()
-        self.client = flight.FlightClient(location, middleware=[self.heard], **tls_options(location, tls_ca))
+        self.client = flight.FlightClient(location, **tls_options(location, tls_ca))
         self.proven = token is None
         self.proving = threading.Lock()
 
@@ -89,10 +88,13 @@ class WorkerClient:
         with self.proving:
             if self.proven:
                 return
-            self.heard.proof = ""
-            self._call(lambda _: list(self.client.list_actions(options=options)), proving=True)
+            # do_action, not list_actions: pyarrow turns a cancelled list_actions (a worker shutting
+            # down) into a KeyboardInterrupt in the main thread
+            results = self._call(lambda _: list(self.client.do_action(flight.Action("prove", b""), options=options)),
+                                 proving=True)
+            answer = results[0].body.to_pybytes() if len(results) == 1 else b""
             assert self.token is not None
-            if not hmac.compare_digest(self.heard.proof.encode(), proof(self.token, challenge).encode()):
+            if not hmac.compare_digest(answer, proof(self.token, challenge).encode()):
                 raise WorkerLost(f"what answers at {self.location} did not prove it holds the connection's token: "
                                  f"not this pool's Quail worker")
             self.proven = True
@@ -206,29 +208,6 @@ class WorkerClient:
     def fetch(self, job_id: str) -> pa.Table:
         ticket = flight.Ticket(job_id.encode())
         return self._call(lambda options: self.client.do_get(ticket, options=options).read_all())
-
-
-class _Heard(flight.ClientMiddlewareFactory):
-    """The proof a worker sent back to the last challenge (WorkerClient proves under its lock)."""
-
-    def __init__(self) -> None:
-        self.proof = ""
-
-    def start_call(self, info: flight.CallInfo) -> flight.ClientMiddleware | None:
-        return _Listener(self) if info.method == flight.FlightMethod.LIST_ACTIONS else None
-
-
-class _Listener(flight.ClientMiddleware):
-    def __init__(self, heard: _Heard) -> None:
-        self.heard = heard
-
-    def call_completed(self, exception: Exception | None) -> None:
-        pass
-
-    def received_headers(self, headers: dict[str, list]) -> None:
-        sent = headers.get(PROOF, [])  # heard twice: the headers, then the trailers
-        if len(sent) == 1 and isinstance(sent[0], str):
-            self.heard.proof = sent[0]
 
 
 def describe_load(info: dict) -> str:

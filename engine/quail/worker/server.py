@@ -50,7 +50,7 @@ from quail.worker.protocol import (
     parse_submit,
     split_documents,
 )
-from quail.worker.tokens import CHALLENGE, PROOF, proof
+from quail.worker.tokens import CHALLENGE, proof
 
 MAX_ACTION_BYTES = 256  # a job id
 
@@ -71,8 +71,8 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
 
     def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> flight.ServerMiddleware | None:
         challenge = headers.get(CHALLENGE, [])
-        if info.method == flight.FlightMethod.LIST_ACTIONS and len(challenge) == 1 and len(challenge[0]) <= 128:
-            return _Proof(proof(self.token, challenge[0]))  # no token needed: it tells nothing but the proof
+        if info.method == flight.FlightMethod.DO_ACTION and len(challenge) == 1 and len(challenge[0]) <= 128:
+            return _Proof(proof(self.token, challenge[0]))  # no token needed: do_action answers "prove" alone
         sent = headers.get("authorization", [])
         if len(sent) != 1 or not hmac.compare_digest(sent[0].encode(), self.expected):
             raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's password)")
@@ -82,11 +82,10 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
 
 
 class _Proof(flight.ServerMiddleware):
+    """A call without the token that asks the worker to prove it holds it: "prove" is all it may do."""
+
     def __init__(self, value: str):
         self.value = value
-
-    def sending_headers(self) -> dict[str, str]:
-        return {PROOF: self.value}
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -277,6 +276,11 @@ class Worker(flight.FlightServerBase):
             raise flight.FlightServerError(f"an action body of {action.body.size:,} bytes: at most {MAX_ACTION_BYTES}")
         body = action.body.to_pybytes().decode("utf-8", "replace")
         doc: dict | list[dict]
+        if isinstance(unproven := context.get_middleware("token"), _Proof):
+            if action.type != "prove":
+                raise flight.FlightUnauthenticatedError("the Quail worker wants a bearer token (the connection's "
+                                                        "password)")
+            return [flight.Result(unproven.value.encode())]
         if action.type == "info":
             doc = self.info()
         elif action.type == "status":

@@ -16,7 +16,7 @@ from quail.paths import home
 from quail.trust import owned_file, private_folder, secret_file
 from quail.worker.locations import socket_path
 
-CHALLENGE, PROOF = "quail-challenge", "quail-proof"  # headers: a client's nonce, the worker's answer to it
+CHALLENGE = "quail-challenge"  # the header of a client's nonce, which the worker's "prove" action answers
 
 
 def proof(token: str, challenge: str) -> str:

@@ -12,7 +12,7 @@ from quail.model.registry import DEFAULT_MODEL
 from quail.pipeline.windows import check_count
 from quail.worker.client import DEFAULT_TIMEOUT, WorkerClient, WorkerLost, describe_load
 from quail.worker.local import ensure_local_worker
-from quail.worker.locations import is_tls
+from quail.worker.locations import is_loopback, is_tls
 from quail.worker.routing import placement, route
 from quail.worker.tokens import read_token
 
@@ -92,7 +92,14 @@ class QuailHook(BaseHook):
             return FanOut([home])
         timeout = self._seconds("timeout", DEFAULT_TIMEOUT, extra)
         answering = _loads([w for w in placement(workers, dag, partition) if w != home.location], token, extra)
-        others = [_client(w, token, timeout, extra) for w, info in answering.items() if not isinstance(info, str)]
+        model = home.info()["identity"]  # windows of one task are one model's answers: bytes, dtype, threads
+        others = []
+        for w, info in answering.items():
+            if isinstance(info, dict) and info["identity"] != model:
+                self.log.info("the worker %s runs another model identity (%s) than the task's home (%s): it takes "
+                              "none of this task's windows", w, info["identity"], model)
+            elif isinstance(info, dict):
+                others.append(_client(w, token, timeout, extra))
         return FanOut([home, *others][:cap])
 
     def _seconds(self, key: str, default: float, extra: dict | None = None) -> float:
@@ -214,6 +221,16 @@ def _loads(workers: list[str], token: str | None, extra: dict) -> dict[str, dict
 
 
 def _client(location: str, token: str | None, timeout: float, extra: dict) -> WorkerClient:
-    """A client for one of the connection's workers; over TLS, trusting the extra `tls_ca`."""
+    """A client for one of the connection's workers; over TLS, trusting the extra `tls_ca`. A worker
+    reached in plaintext gets the token in the clear: refused where the connection asks for TLS (a
+    `tls_ca`), and off this machine unless the extra `plaintext` says so."""
+    if not is_tls(location):
+        if extra.get("tls_ca"):
+            raise QuailError(f"the connection gives a tls_ca, and its worker {location} is not grpc+tls://: the "
+                             f"token would travel in plaintext; list it as grpc+tls://HOST:PORT")
+        if not is_loopback(location) and extra.get("plaintext") is not True:
+            raise QuailError(f"the worker {location} is off this machine and not grpc+tls://: the token would "
+                             f"travel in plaintext; serve it with --tls-cert and list it as grpc+tls://, or set "
+                             f"the connection's extra \"plaintext\": true on a network you trust")
     return WorkerClient(location, token or read_token(location), timeout,
                         extra.get("tls_ca") if is_tls(location) else None)

@@ -1,6 +1,7 @@
 """Worker locations, as Arrow Flight spells them: a Unix socket (grpc+unix://PATH), a TCP port
 (grpc://HOST:PORT), or a TCP port behind TLS (grpc+tls://HOST:PORT)."""
 
+import ipaddress
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,6 +43,17 @@ def socket_path(location: str) -> Path | None:
     """The Unix socket a location names; None for a TCP one."""
     url = urlsplit(location)
     return Path(url.path) if url.scheme == "grpc+unix" else None
+
+
+def is_loopback(location: str) -> bool:
+    """Whether `location` is on this machine only: a Unix socket, or a loopback address."""
+    parts = urlsplit(location)
+    if parts.scheme == "grpc+unix":
+        return True
+    try:
+        return parts.hostname == "localhost" or ipaddress.ip_address(parts.hostname or "").is_loopback
+    except ValueError:
+        return False
 
 
 def is_tls(location: str) -> bool:

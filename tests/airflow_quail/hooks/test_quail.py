@@ -51,9 +51,29 @@ def test_a_worker_killed_between_tasks_is_started_again_and_recomputes(local_def
 
 def test_a_connection_with_a_host_names_a_remote_worker(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_QUAIL_GPU", json.dumps({"conn_type": "quail", "host": "10.0.0.5", "port": 9000,
-                                                             "password": "tok"}))
+                                                             "password": "tok", "extra": {"plaintext": True}}))
     client = QuailHook("quail_gpu").get_conn()
     assert client.location == "grpc://10.0.0.5:9000"
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({}, "is off this machine and not grpc\\+tls://"),
+    ({"tls_ca": "/etc/ca.pem", "workers": ["grpc+tls://10.0.0.6:9000", "grpc://10.0.0.5:9000"]},
+     "gives a tls_ca, and its worker grpc://10.0.0.5:9000 is not grpc\\+tls://"),
+])
+def test_a_token_is_never_sent_in_plaintext_unless_the_connection_says_so(monkeypatch, extra, says):
+    """#48 9: a connection with tls_ca whose workers list a grpc:// entry talked to it in plaintext,
+    token included, silently; off loopback a plaintext worker is refused unless asked for."""
+    from quail.errors import QuailError
+
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_GPU", json.dumps({"conn_type": "quail", "host": "10.0.0.5", "port": 9000,
+                                                             "password": "tok", "extra": extra}))
+    hook = QuailHook("quail_gpu")
+    with pytest.raises(QuailError, match=says):
+        if "workers" in extra:
+            hook.client_at("grpc://10.0.0.5:9000")
+        else:
+            hook.get_conn()
 
 
 @pytest.mark.parametrize("value", ["false", 0, None, "no"])
@@ -122,3 +142,24 @@ def test_a_connection_listing_two_workers_keeps_each_partition_on_one_and_fails_
     finally:
         for server in servers.values():
             server.shutdown()
+
+
+def test_a_fan_out_takes_only_workers_of_the_homes_model_identity(monkeypatch):
+    """#48 10: a pool mixing fp32 and bf16 workers of one model failed every multi-window task with
+    "the worker's model changed", which no retry escapes."""
+    from airflow_quail.hooks import quail as hook_module
+
+    workers = ["grpc://127.0.0.1:9001", "grpc://127.0.0.1:9002", "grpc://127.0.0.1:9003"]
+    monkeypatch.setenv("AIRFLOW_CONN_QUAIL_POOL", json.dumps({"conn_type": "quail", "password": "tok",
+                                                              "extra": {"workers": workers}}))
+    identity = {workers[0]: "m:float32:cpu", workers[1]: "m:bfloat16:cpu:threads2:x", workers[2]: "m:float32:cpu"}
+    monkeypatch.setattr(hook_module, "_loads", lambda ws, token, extra: {w: {"identity": identity[w]} for w in ws})
+
+    class Home:
+        location = workers[0]
+
+        def info(self):
+            return {"identity": identity[workers[0]]}
+
+    fan = QuailHook("quail_pool").fan_out(Home(), "dag", None, None)
+    assert [c.location for c in fan.clients[1:]] == [workers[2]]

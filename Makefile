@@ -27,7 +27,7 @@ test: $(VENV)/.installed $(VENV)/.docker-tools
 # Everything that loads no model and deploys no Airflow: the planner, the kinds, I/O, the arena, the
 # layers. About a minute on 2 cores.
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not model and not deployment and not heavy and not simulation"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not model and not deployment and not heavy and not simulation and not services"
 
 $(VENV)/.lint-tools: $(VENV)/.installed
 	$(PIP) install -q -c constraints.txt ruff mypy

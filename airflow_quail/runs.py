@@ -61,7 +61,7 @@ class TaskRun:
         """The try's manifest. `ended`: a window whose job a trigger saw end, with its status."""
         task = self.task
         try:
-            check_window_rows(task.window_rows, "window_rows")
+            check_window_rows(task.window_rows)
             where, spec = check_target(task.target, task.sources()), task.spec()  # before any work
             if task.review_output is not None:
                 check_target(task.review_output, [*task.sources(), task.target])

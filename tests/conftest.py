@@ -110,20 +110,22 @@ def tiny_model_dir(tmp_path_factory, smollm2):
     return path
 
 
-# What a test needs, read from its module: a model loaded (an embedded one, a random one built with
-# transformers, or a worker started, which loads one) or a whole Airflow. `make test-fast` leaves
-# both out; `make test` runs everything.
-_LOADS_A_MODEL = ("smollm2", "tiny_llama", "tiny_model_dir", "tiny_hf_model", "quail_from_hf", "local_default",
-                  "two_workers", "serving(", "Session.open", "--model")
-_DEPLOYS_AIRFLOW = ("airflow_env", "dags_test", "airflow standalone", "api-server")
+# What a test needs: a model loaded (an embedded one, a random one built with transformers, or a worker
+# started, which loads one) or a whole Airflow. `make test-fast` leaves both out; `make test` runs
+# everything. A test that requests one of these fixtures, directly or through another fixture (or
+# `usefixtures`), is marked by it; a module that loads a model without one (Session.open, a `quail
+# ... --model` process, tiny_hf_model, serving) says so itself with `pytestmark = pytest.mark.model`.
+_MODEL_FIXTURES = frozenset({
+    "smollm2", "tiny_llama", "tiny_model_dir",  # here
+    "local_default", "two_workers", "pool",  # airflow_quail/conftest.py: a worker that loads smollm2
+})
+_DEPLOYMENT_FIXTURES = frozenset({"airflow_env"})  # airflow_quail/conftest.py
 
 
 def pytest_collection_modifyitems(config, items):
-    sources: dict[str, str] = {}
     for item in items:
-        path = str(item.path)
-        text = sources.setdefault(path, item.path.read_text())
-        if any(word in text for word in _DEPLOYS_AIRFLOW):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & _DEPLOYMENT_FIXTURES:
             item.add_marker(pytest.mark.deployment)
-        if any(word in text for word in _LOADS_A_MODEL) or item.get_closest_marker("slow"):
+        if fixtures & _MODEL_FIXTURES or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.model)

@@ -176,7 +176,7 @@ def test_a_target_chooses_the_band_on_the_first_window_and_every_window_keeps_it
     (["--cascade", "smollm2-135m", "--cascade-band", "0.9", "0.6"], "must be LOW <= HIGH within [0, 1]"),
     (["--cascade", "no-such-model", "--cascade-band", "0.1", "0.9"], "'no-such-model': not an embedded model"),
     (["--cascade", "smollm2-135m", "--cascade-band", "0.1", "0.9", "--model", "smollm2-135m"],
-     "the cascade's model is --model itself"),
+     "the cascade's model is the first model itself"),
 ])
 def test_bad_cascades_are_clear_errors(news, tmp_path, capsys, monkeypatch, argv, match):
     def never(*_):
@@ -187,6 +187,7 @@ def test_bad_cascades_are_clear_errors(news, tmp_path, capsys, monkeypatch, argv
             "--model", "qwen2.5-coder-1.5b", *argv, says=match)
 
 
+@pytest.mark.model  # a label column is read once smollm2 has loaded
 @pytest.mark.parametrize("argv, match", [
     (["--label-column", "id"], "row 2 of label column 'id' is 2"),
     (["--label-column", "nope"], "no label column 'nope'"),
@@ -426,6 +427,7 @@ def test_the_answer_store_cold_or_warm_changes_no_cascaded_answer(sessions, tiny
         assert all(abs(a["p_yes_1"] - b["p_yes_1"]) < 1e-4 for a, b in zip(other, runs[0]))
 
 
+@pytest.mark.model  # Session.open
 def test_a_cascade_model_that_is_the_first_model_under_another_path_is_refused():
     """The same weights named by their file instead of by name: no larger model, only a second copy."""
     from quail.model.registry import embedded_path

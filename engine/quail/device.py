@@ -17,17 +17,18 @@ def resolve_device(spec: str = "auto") -> torch.device:
     try:
         device = torch.device(spec)
     except (RuntimeError, TypeError):
-        raise QuailError(f"--device {spec!r}: choose {DEVICE_HELP}") from None
+        raise QuailError(f"device {spec!r}: choose {DEVICE_HELP}", parameter="device") from None
     if device.type == "cpu":
         return torch.device("cpu")
     if device.type != "cuda":
-        raise QuailError(f"--device {spec!r}: choose {DEVICE_HELP}")
+        raise QuailError(f"device {spec!r}: choose {DEVICE_HELP}", parameter="device")
     if not torch.cuda.is_available():
-        raise QuailError(f"--device {spec}: torch {torch.__version__} sees no CUDA device on this machine; "
-                         f"use --device cpu or auto")
+        raise QuailError(f"device {spec}: torch {torch.__version__} sees no CUDA device on this machine; "
+                         f"choose cpu or auto", parameter="device")
     index, count = device.index or 0, torch.cuda.device_count()
     if index >= count:
-        raise QuailError(f"--device {spec}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+        raise QuailError(f"device {spec}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}",
+                         parameter="device")
     return torch.device("cuda", index)
 
 

@@ -61,20 +61,24 @@ def owned_file(path: Path, readable_by_others: bool = True, kind: str = "file") 
     return True
 
 
-def secret_file(path: str, flag: str) -> str:
+def secret_file(path: str, name: str, variable: bool = False) -> str:
     """The text of a file that holds a secret (a token, a database URL with its password, a key):
     refused unless it is this user's and only this user can read it, since one on the command line
-    shows in `ps`."""
+    shows in `ps`. name: the parameter that gave the path or, with `variable`, the environment
+    variable."""
+    parameter = None if variable else name
     try:
         st = os.stat(path)
         secret = Path(path).read_text().strip()
     except OSError as e:
-        raise QuailError(f"{flag} {path}: {e.strerror}") from None
+        raise QuailError(f"{name} {path}: {e.strerror}", parameter=parameter) from None
     mode = st.st_mode
     if st.st_uid != os.getuid():  # its owner could have written it: a URL or key of theirs
-        raise QuailError(f"{flag} {path} belongs to another user (uid {st.st_uid}); give a file of your own")
+        raise QuailError(f"{name} {path} belongs to another user (uid {st.st_uid}); give a file of your own",
+                         parameter=parameter)
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise QuailError(f"{flag} {path} is open to other users (mode {stat.filemode(mode)}); chmod 600 it")
+        raise QuailError(f"{name} {path} is open to other users (mode {stat.filemode(mode)}); chmod 600 it",
+                         parameter=parameter)
     if not secret:
-        raise QuailError(f"{flag} {path} is empty")
+        raise QuailError(f"{name} {path} is empty", parameter=parameter)
     return secret

@@ -43,7 +43,7 @@ def postgres_conn(postgres, monkeypatch):
     return "warehouse"
 
 
-@pytest.mark.parametrize("conn", ["sqlite_conn", "postgres_conn"])
+@pytest.mark.parametrize("conn", ["sqlite_conn", pytest.param("postgres_conn", marks=pytest.mark.services)])
 def test_tables_round_trip_and_replace_atomically(conn, request):
     conn_id = request.getfixturevalue(conn)
     target = f"sql://{conn_id}/scored"
@@ -127,7 +127,7 @@ def _staging_left(conn_id: str) -> list[str]:
     return [t for t in sa.inspect(_engine(conn_id)).get_table_names() if "__quail_" in t]
 
 
-@pytest.mark.parametrize("conn", ["sqlite_conn", "postgres_conn"])
+@pytest.mark.parametrize("conn", ["sqlite_conn", pytest.param("postgres_conn", marks=pytest.mark.services)])
 def test_a_swap_that_fails_leaves_the_old_table_and_no_staging_even_with_no_rows(conn, request):
     """SQLite ran CREATE, DROP and RENAME outside any transaction when the output had no rows: a
     view on the target made the RENAME fail after the DROP had committed, and the table was gone."""
@@ -151,7 +151,7 @@ def test_an_unsigned_value_beyond_bigint_is_refused_by_column_and_nothing_is_lef
     assert read_source(target).num_rows == 3 and _staging_left(sqlite_conn) == []
 
 
-@pytest.mark.parametrize("conn", ["sqlite_conn", "postgres_conn"])
+@pytest.mark.parametrize("conn", ["sqlite_conn", pytest.param("postgres_conn", marks=pytest.mark.services)])
 def test_a_source_query_runs_read_only(conn, request):
     conn_id = request.getfixturevalue(conn)
     write_target(TABLE, f"sql://{conn_id}/scored")
@@ -334,6 +334,7 @@ def test_a_locked_sqlite_source_is_named_not_a_traceback(sqlite_conn, tmp_path):
         holder.close()
 
 
+@pytest.mark.services  # a throwaway PostgreSQL cluster
 def test_a_target_its_connection_may_not_write_is_refused_before_any_work(postgres, postgres_conn, monkeypatch):
     """A user who may read the database but not create tables in it: refused by check_target, where
     it was refused only by the write after all the computing; the probe table is never left."""

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DAGS = Path(__file__).parents[2] / "dags"
 
 
@@ -16,6 +18,7 @@ def _plan_hashes() -> dict:
                                      check=True).stdout.splitlines()[-1])
 
 
+@pytest.mark.services  # two Python processes that import Airflow
 def test_every_parse_gives_the_same_plan():
     """The dag-processor and each task process parse the file anew: one plan hash everywhere."""
     first, second = _plan_hashes(), _plan_hashes()
@@ -25,6 +28,7 @@ def test_every_parse_gives_the_same_plan():
     assert first["audience"]["operator"]["retain"] is None
 
 
+@pytest.mark.services  # a Python process that imports Airflow and parses a DAG
 def test_a_dag_without_a_planning_call_is_planned_by_the_policy(tmp_path):
     """dags/quail_traces.py never calls plan_quail_dag: parsing it (as the dag-processor and every
     task process do) plans its operators through the provider's cluster policy, with the hash an

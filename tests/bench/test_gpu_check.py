@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# bench's processes build a random tiny Qwen2 with transformers and run it (as tiny_hf_model does)
+pytestmark = [pytest.mark.model, pytest.mark.services]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

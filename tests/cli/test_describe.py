@@ -3,7 +3,7 @@
 from quail.cli.describe import describe_job, describe_load, describe_worker, whole_table
 
 GIB = 1 << 30
-INFO = {"model": "smollm2-135m", "dtype": "float32", "dtype_why": "--dtype", "attention": "torch",
+INFO = {"model": "smollm2-135m", "dtype": "float32", "dtype_why": "given", "attention": "torch",
         "attention_why": "no kernel for float32", "device": "cpu", "arena_pages": 256, "free_pages": 200,
         "retained_pages": 56, "max_batch_tokens": 2048, "memory": None, "cascade_models": [],
         "answer_store": "/tmp/answers.sqlite"}
@@ -14,7 +14,7 @@ JOB = {"ref": "0123456789abcdef", "identity": {"dag_id": "news", "run_id": "r1",
 
 def test_a_worker_is_its_model_device_arena_and_store():
     assert describe_worker(INFO) == (
-        "smollm2-135m (float32: --dtype; attention torch: no kernel for float32) on cpu: arena 256 pages, "
+        "smollm2-135m (float32: given; attention torch: no kernel for float32) on cpu: arena 256 pages, "
         "200 free, 56 retained; 2,048 tokens a pass; answers in /tmp/answers.sqlite")
     memory = {"device": "cuda:0", "memory_free": 70 * GIB, "memory_total": 80 * GIB, "weights_bytes": 3 * GIB,
               "reserve_bytes": GIB // 2, "rule": "90% of free memory less the reserve"}

@@ -52,6 +52,27 @@ def test_a_quail_error_is_exit_2_and_success_exit_0(capsys, monkeypatch):
     assert e.value.code == 0 and capsys.readouterr().out == "listed\n"
 
 
+@pytest.mark.parametrize("argv, parameter, engine, says", [
+    (["filter", "i.parquet", "--text-column", "t", "--predicate", "Q?", "--output", "o.parquet"], "arena_pages",
+     "arena_pages 5 is too small: row 3 needs 9 pages", "--arena-pages 5 is too small: row 3 needs 9 pages"),
+    # only the parameter's own mention: "model" later is a word of the text
+    (["worker", "serve"], "model", "model 'x': not an embedded model", "--model 'x': not an embedded model"),
+    (["pipeline", "p.yaml"], "truncate", "row 1: too long. Set truncate to cut",
+     "row 1: too long. Set --truncate to cut"),
+    # `quail pipeline` takes its outputs from the file, where the key is `output`
+    (["pipeline", "p.yaml"], "output", "output o.csv: outputs are Parquet files",
+     "output o.csv: outputs are Parquet files"),
+    (["models", "list"], None, "no such thing", "no such thing"),
+])
+def test_an_engine_error_names_the_flag_of_its_parameter(argv, parameter, engine, says):
+    """The engine names a parameter as its API spells it (issue 49); the CLI names the flag that sets it."""
+    from quail.cli.main import cli_message
+    from quail.errors import QuailError
+
+    ap = parser()
+    assert cli_message(QuailError(engine, parameter=parameter), ap, ap.parse_args(argv)) == says
+
+
 def test_sigterm_exits_so_that_cleanup_runs(monkeypatch):
     monkeypatch.setattr("quail.cli.models.list_models", lambda args: os.kill(os.getpid(), signal.SIGTERM))
     before = signal.getsignal(signal.SIGTERM)

@@ -1,5 +1,5 @@
 """Sizing the KV arena from a device's memory: the arithmetic against fake memory reports, the
-checks of an explicit --arena-pages, and the sizing of a real model on this CPU."""
+checks of an explicit arena_pages, and the sizing of a real model on this CPU."""
 
 import pytest
 
@@ -24,21 +24,23 @@ def test_a_gpu_arena_is_free_memory_times_utilization_less_the_reserve():
 
 def test_an_arena_that_cannot_hold_one_pass_is_a_clear_error():
     small = DeviceMemory(total=8 * GIB, free=GIB)
-    with pytest.raises(QuailError, match="--max-batch-tokens") as e:
+    with pytest.raises(QuailError, match="one pass of max_batch_tokens needs 512") as e:
         size_arena(small, gpu=True, weights_bytes=6 * GIB, reserve_bytes=900 * MIB, page_bytes=MIB, utilization=0.9,
                    min_pages=512)
     assert "leaves room for 21 KV pages" in str(e.value)  # 0.9 x 1,024 MiB - 900 MiB, in 1 MiB pages
-    with pytest.raises(QuailError, match="--gpu-memory-utilization"):
+    assert e.value.parameter == "max_batch_tokens"
+    with pytest.raises(QuailError, match="gpu_memory_utilization must be in"):
         size_arena(H200, gpu=True, weights_bytes=0, reserve_bytes=0, page_bytes=MIB, utilization=1.5, min_pages=1)
 
 
 def test_an_explicit_arena_is_taken_as_given_if_it_fits_and_refused_if_not():
     s = size_arena(H200, gpu=True, weights_bytes=0, reserve_bytes=2 * GIB, page_bytes=MIB, utilization=0.9,
                    min_pages=512, arena_pages=100)
-    assert (s.arena_pages, s.rule) == (100, "--arena-pages")  # under one pass: the user's choice
-    with pytest.raises(QuailError, match=r"--arena-pages 1,000,000,000: .* at most 90,112 pages"):
+    assert (s.arena_pages, s.rule) == (100, "given")  # under one pass: the user's choice
+    with pytest.raises(QuailError, match=r"arena_pages 1,000,000,000: .* at most 90,112 pages") as e:
         size_arena(H200, gpu=True, weights_bytes=0, reserve_bytes=2 * GIB, page_bytes=MIB, utilization=0.9,
                    min_pages=512, arena_pages=10**9)
+    assert e.value.parameter == "arena_pages"
 
 
 def test_a_cpu_arena_is_one_gib_of_kv_unless_the_ram_is_short():
@@ -56,5 +58,5 @@ def test_a_real_model_is_sized_on_this_cpu(tiny_llama):
     assert m.weights_bytes == tiny_llama.nbytes > 0 and m.reserve_bytes == 0  # not measured on a CPU
     assert plan.arena_pages == DEFAULT_CPU_ARENA_BYTES // m.page_bytes and plan.max_batch_tokens == 256
     assert m.memory_total == device_memory(resolve_device("cpu")).total
-    with pytest.raises(QuailError, match="--arena-pages"):
+    with pytest.raises(QuailError, match="arena_pages"):
         PhysicalSettings.for_model(tiny_llama, arena_pages=m.memory_free // m.page_bytes * 2)

@@ -116,6 +116,7 @@ def fresh_build(monkeypatch, tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow  # builds the kernel in fresh processes: tens of seconds, out of test-fast
 @runs_here
 def test_builders_at_once_build_it_once_and_leave_nothing_else(fresh_build):
     folder = fresh_build / "kernels"
@@ -132,6 +133,7 @@ def test_builders_at_once_build_it_once_and_leave_nothing_else(fresh_build):
     assert cpu_attention.library() is not None and len(list(folder.iterdir())) == 3  # this process finds it
 
 
+@pytest.mark.slow  # builds the kernel in fresh processes: tens of seconds, out of test-fast
 @runs_here
 @pytest.mark.parametrize("damage", ["truncated", "no digest"])
 def test_a_damaged_library_is_built_again_never_loaded(fresh_build, damage):
@@ -181,6 +183,7 @@ def test_a_kernels_folder_others_may_write_is_refused(fresh_build):
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.model  # tiny_hf_model
 @runs_here
 def test_a_bf16_model_on_the_kernel_is_as_near_fp32_as_on_the_reference():
     from quail.executor.model_runner import Chunk
@@ -198,7 +201,7 @@ def test_a_bf16_model_on_the_kernel_is_as_near_fp32_as_on_the_reference():
     def logprobs(dtype, attention):
         model = LlamaModel(cfg, weights, dtype, attention=attention)
         runner = _runner(model)
-        return model, torch.cat(runner.run([Chunk(Seq(), p, list(range(len(p)))) for p in prompts]))
+        return model, torch.cat([lp for lp, _ in runner.run([Chunk(Seq(), p, list(range(len(p)))) for p in prompts])])
 
     _, exact = logprobs(torch.float32, "torch")
     fused_model, fused = logprobs(torch.bfloat16, "auto")

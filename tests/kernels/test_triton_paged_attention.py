@@ -39,6 +39,7 @@ def _ptxas(arch: int) -> str:
     return get_ptxas(arch).path
 
 
+@pytest.mark.services  # a Python process that compiles the kernel, and ptxas
 @pytest.mark.parametrize("group,head_dim", [(1, 64), (7, 64), (8, 128)])
 def test_compiles_for_hopper_without_spills(tmp_path, group, head_dim):
     """In a process of its own, where the kernel module is decorated for the compiler."""

@@ -57,7 +57,7 @@ def test_a_given_dtype_is_kept_and_said(smollm2, tmp_path, monkeypatch):
 
     monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
     loaded = load_model("smollm2-135m", "float32")
-    assert loaded.dtype_why == "--dtype" and loaded.identity.endswith(":float32:cpu")
+    assert loaded.dtype_why == "given" and loaded.identity.endswith(":float32:cpu")
     auto = load_model("smollm2-135m", "auto")
     assert "measured" in auto.dtype_why and auto.identity.split(":")[1] in ("float32", "bfloat16")
     # The fused CPU attention sums in another order: its answers are stored apart

@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.model  # a process loads smollm2
+
 CODE = """
 import json
 import gguf, torch, quail.model.gguf_loader

@@ -9,6 +9,8 @@ from quail.executor.engine import PhysicalSettings
 from quail.session import Session
 from quail.store import open_store
 
+pytestmark = pytest.mark.model  # load_model(smollm2) and the smollm2 fixture
+
 bf16 = pytest.mark.skipif(not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
                           reason="oneDNN without bf16 on this CPU")
 

@@ -10,6 +10,8 @@ from quail.ops.classify import run_classify
 from quail.reuse import Reuse
 from tests.conftest import quail_from_hf, tiny_hf_model
 
+pytestmark = pytest.mark.model  # a random transformers model (tiny_hf_model)
+
 # [20] begins [20, 21], which begins [20, 21, 22]; [30] begins [30, 31]; [40] begins none
 LABELS = [[20], [20, 21], [20, 21, 22], [30, 31], [30], [40]]
 QUESTION = [9, 10, 11]

@@ -59,8 +59,9 @@ def test_a_null_names_its_row_when_it_fails():
 
 @pytest.mark.parametrize("rows", [0, -1, 2**31, 2**63])
 def test_window_rows_out_of_range_are_refused(rows):
-    with pytest.raises(QuailError, match="window_rows must be between 1 and"):
-        check_window_rows(rows, "window_rows")
+    with pytest.raises(QuailError, match="window_rows must be between 1 and") as e:
+        check_window_rows(rows)
+    assert e.value.parameter == "window_rows"
 
 
 def test_a_budget_stops_the_driver_at_the_window_that_passes_it():
@@ -84,5 +85,9 @@ def test_a_plan_that_predicts_more_than_the_budget_is_refused():
     check_budget("f", Prediction(100.0, 50.0), 50)
     check_budget("f", Prediction(100.0, 50.0), None)
     with pytest.raises(QuailError, match=r"'f': the plan predicts 51 computed tokens, over its budget "
-                                         r"\(--max-tokens 50\); nothing was computed"):
-        check_budget("f", Prediction(100.0, 51.0), 50, "--max-tokens")
+                                         r"\(max_tokens 50\); nothing was computed") as e:
+        check_budget("f", Prediction(100.0, 51.0), 50, "max_tokens")
+    assert e.value.parameter == "max_tokens"  # the run's budget: the CLI names --max-tokens
+    with pytest.raises(QuailError) as e:
+        check_budget("f", Prediction(100.0, 51.0), 50)
+    assert e.value.parameter is None  # the operator's own, set in its pipeline file

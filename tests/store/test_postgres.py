@@ -16,6 +16,8 @@ from quail.store.signing import signer
 from quail.store.sqlite import SqliteStore
 from tests.postgres import throwaway_cluster
 
+pytestmark = pytest.mark.services  # a throwaway PostgreSQL cluster per module (per xdist worker)
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -182,8 +184,9 @@ def test_a_url_in_a_file_is_read_only_from_a_private_file(tmp_path, url, monkeyp
     secret = tmp_path / "store-url"
     secret.write_text(url + "\n")
     secret.chmod(0o644)
-    with pytest.raises(QuailError, match="--answer-store-file .* is open to other users"):
+    with pytest.raises(QuailError, match="answer_store_file .* is open to other users") as e:
         open_store(given_file=str(secret))
+    assert e.value.parameter == "answer_store_file"
     monkeypatch.setenv("QUAIL_ANSWER_STORE_FILE", str(secret))
     with pytest.raises(QuailError, match="QUAIL_ANSWER_STORE_FILE .* is open to other users"):
         open_store()

@@ -84,6 +84,7 @@ def _writer(path: str, tag: str) -> None:
         store.put([(answer_key("m", tag, [i]), [i / 400]) for i in range(lo, lo + 40)])
 
 
+@pytest.mark.services  # four spawned Python processes
 def test_processes_share_one_store_even_when_they_create_it_at_once(tmp_path):
     path = str(tmp_path / "a.sqlite")
     procs = [multiprocessing.get_context("spawn").Process(target=_writer, args=(path, t)) for t in "abcd"]
@@ -217,6 +218,7 @@ def _write_forever(path: str, ready) -> None:
         i += 1
 
 
+@pytest.mark.services  # a spawned Python process
 def test_a_writer_killed_mid_run_leaves_a_sound_store_with_what_it_committed(tmp_path):
     import os
     import signal

@@ -183,6 +183,7 @@ def test_a_token_file_must_be_private(tmp_path):
     assert token_from_file(str(path)) == "s3cret"
 
 
+@pytest.mark.model  # a local worker loads smollm2
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to switch users")
 def test_another_local_user_can_neither_reach_the_local_worker_nor_read_its_token(monkeypatch):
     from quail.worker.local import ensure_local_worker, stop_local_workers

@@ -5,7 +5,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 
+
+@pytest.mark.model  # a local worker loads smollm2
 def test_the_local_worker_admits_only_its_owner_and_quail_worker_stop_stops_it_pid_file_or_not(tmp_path,
                                                                                           monkeypatch):
     import pytest

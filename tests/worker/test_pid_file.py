@@ -70,6 +70,7 @@ def _killed_worker(location):
     return worker.pid
 
 
+@pytest.mark.services  # three Python processes, one of them `quail worker serve`
 def test_a_pid_file_a_killed_worker_left_is_taken_over(tmp_path):
     location = f"grpc+unix://{tmp_path / 'w.sock'}"
     _killed_worker(location)

@@ -145,7 +145,7 @@ def test_the_hook_reaches_a_tls_worker_through_its_connections_tls_ca(smollm2, p
 
 
 @pytest.mark.parametrize("flags, says", [
-    (["--tls-cert", "{d}/cert.pem"], "give both --tls-cert and --tls-key, or neither"),
+    (["--tls-cert", "{d}/cert.pem"], "quail: error: --tls-key is missing: a certificate chain"),
     (["--tls-cert", "{d}/cert.pem", "--tls-key", "{d}/open-key.pem"], "is open to other users"),
     (["--tls-cert", "{d}/missing.pem", "--tls-key", "{d}/key.pem"], "--tls-cert {d}/missing.pem"),
     (["--socket", "{d}/w.sock", "--tls-cert", "{d}/cert.pem", "--tls-key", "{d}/key.pem"], "TLS is for a TCP worker"),

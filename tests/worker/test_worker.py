@@ -131,6 +131,7 @@ def test_a_failed_job_reports_its_error(worker):
         client.fetch(job)
 
 
+@pytest.mark.model  # `quail worker serve --model`
 def test_quail_worker_serve_and_status_as_processes(tmp_path):
     """The real command: a separate process on a Unix socket, a job from this one, then status."""
     import os
@@ -158,7 +159,7 @@ def test_quail_worker_serve_and_status_as_processes(tmp_path):
         assert "news/r1/sport" in out and "done" in out and f"{len(TEXTS)}/{len(TEXTS)} rows" in out
         # the device and its memory: the weights' bytes, the reserve and how the arena was sized
         assert "smollm2-135m" in out and "on cpu (" in out and "GiB of weights, reserve 0.00 GiB" in out
-        assert "arena 256 pages (--arena-pages)" in out
+        assert "arena 256 pages (given)" in out
         assert f"answers in {os.environ['QUAIL_ANSWER_STORE']}" in out  # its answer store, by its path
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -5,7 +5,7 @@ less an activation reserve measured by one dry-run pass of `max_batch_tokens` to
 its cache after a profile run). On a CPU, 1 GiB of KV, as before: the host's RAM is shared with
 Airflow and the tables being read, and a CPU is limited by compute, not by KV (1 GiB holds 43,000
 tokens of the default 0.5B model, many forward passes' worth). Either way an arena, or an explicit
-`--arena-pages`, that does not fit the memory available is refused before anything is allocated."""
+`arena_pages`, that does not fit the memory available is refused before anything is allocated."""
 
 from dataclasses import asdict, dataclass
 
@@ -44,35 +44,44 @@ class ArenaSizing:
                 f"({self.arena_pages * self.page_bytes / gib:.2f} GiB, {self.rule})")
 
 
+def check_settings(arena_pages: int | None, max_batch_tokens: int | None, utilization: float) -> None:
+    """Refuses settings no arena takes, before anything is loaded."""
+    if arena_pages is not None and arena_pages < 1:
+        raise QuailError(f"arena_pages must be at least 1, got {arena_pages}", parameter="arena_pages")
+    if max_batch_tokens is not None and max_batch_tokens < 16:
+        raise QuailError(f"max_batch_tokens must be at least 16, got {max_batch_tokens}", parameter="max_batch_tokens")
+    if not 0 < utilization <= 1:
+        raise QuailError(f"gpu_memory_utilization must be in (0, 1], got {utilization}",
+                         parameter="gpu_memory_utilization")
+
+
 def size_arena(memory: DeviceMemory, *, gpu: bool, weights_bytes: int, reserve_bytes: int, page_bytes: int,
                utilization: float, min_pages: int, arena_pages: int | None = None, device: str = "") -> ArenaSizing:
     """`memory` is read after the weights were loaded. `min_pages`: one forward pass's worth, the
-    least an arena sized here may have (an explicit --arena-pages is taken as given)."""
-    if not 0 < utilization <= 1:
-        raise QuailError(f"--gpu-memory-utilization must be in (0, 1], got {utilization}")
+    least an arena sized here may have (an explicit arena_pages is taken as given)."""
+    check_settings(arena_pages, None, utilization)
     budget = int(memory.free * utilization) - reserve_bytes
     where = device or ("the GPU" if gpu else "this machine")
     if arena_pages is not None:
-        if arena_pages < 1:
-            raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")
         if arena_pages * page_bytes > budget:
-            raise QuailError(f"--arena-pages {arena_pages:,}: "
+            raise QuailError(f"arena_pages {arena_pages:,}: "
                              f"{arena_pages * page_bytes / (1 << 30):.2f} GiB of KV does "
                              f"not fit the {max(budget, 0) / (1 << 30):.2f} GiB {where} has for it "
                              f"({utilization:.0%} of {memory.free / (1 << 30):.2f} GiB free, less the activation "
-                             f"reserve); at most {max(budget, 0) // page_bytes:,} pages")
-        rule = "--arena-pages"
+                             f"reserve); at most {max(budget, 0) // page_bytes:,} pages", parameter="arena_pages")
+        rule = "given"
     elif gpu:
         arena_pages, rule = max(budget, 0) // page_bytes, f"{utilization:.0%} of free memory less the reserve"
     else:
         arena_pages, rule = max(min(DEFAULT_CPU_ARENA_BYTES, budget), 0) // page_bytes, "1 GiB of KV, the CPU default"
         if arena_pages < DEFAULT_CPU_ARENA_BYTES // page_bytes:
             rule = f"{utilization:.0%} of available RAM, under 1 GiB of KV"
-    if rule != "--arena-pages" and arena_pages < min_pages:
+    if rule != "given" and arena_pages < min_pages:
         raise QuailError(f"{where} leaves room for {arena_pages:,} KV pages after the weights "
                          f"({weights_bytes / (1 << 30):.2f} GiB) and one pass's activations "
-                         f"({reserve_bytes / (1 << 30):.2f} GiB); one pass of --max-batch-tokens needs {min_pages:,}: "
-                         f"lower --max-batch-tokens, raise --gpu-memory-utilization, or take a smaller model")
+                         f"({reserve_bytes / (1 << 30):.2f} GiB); one pass of max_batch_tokens needs {min_pages:,}: "
+                         f"lower it, raise gpu_memory_utilization, or take a smaller model",
+                         parameter="max_batch_tokens")
     return ArenaSizing(where, memory.total, memory.free, weights_bytes, reserve_bytes, utilization, page_bytes,
                        arena_pages, rule)
 

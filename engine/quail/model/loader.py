@@ -25,7 +25,7 @@ def resolve_dtype(dtype: str, device: torch.device, cfg: ModelConfig) -> tuple[s
     """The dtype to load in, and why. "auto": bfloat16 on a GPU; on a CPU, whichever this CPU runs
     the model's matmuls faster in, measured once per host (model/cpu_dtype.py)."""
     if dtype != "auto":
-        return dtype, "--dtype"
+        return dtype, "given"
     if device.type != "cpu":
         return "bfloat16", f"auto: bf16 on {device.type}"
     return cpu_dtype(cfg.hidden_size, cfg.intermediate_size)
@@ -82,12 +82,12 @@ def _local_path(spec: str) -> Path:
     path = Path(spec)
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise QuailError(f"--model {spec}: directory has no config.json")
+            raise QuailError(f"model {spec}: directory has no config.json", parameter="model")
         return path
     if path.suffix == ".gguf" and path.exists():
         return path
-    raise QuailError(f"--model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a "
-                     f"safetensors directory")
+    raise QuailError(f"model {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), a .gguf file or a "
+                     f"safetensors directory", parameter="model")
 
 
 def check_available(spec: str) -> None:
@@ -108,7 +108,7 @@ def _cpu_kind() -> str:
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
     """device: as `--device` takes it (quail.device.resolve_device)."""
     if dtype not in DTYPE_CHOICES:
-        raise QuailError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}")
+        raise QuailError(f"dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}", parameter="dtype")
     on = resolve_device(device)
     path = model_path(spec)
     files = model_files(path)
@@ -119,11 +119,11 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
         dtype, why = resolve_dtype(dtype, on, cfg)
         model = LlamaModel(cfg, weights, DTYPES[dtype], on)
     except ValueError as e:
-        raise QuailError(f"--model {spec}: {e}") from e
+        raise QuailError(f"model {spec}: {e}", parameter="model") from e
     finally:
         digest = digest.result()
     if fingerprint(files) != before:
-        raise QuailError(f"--model {spec}: {path} changed while it was loading; load it again")
+        raise QuailError(f"model {spec}: {path} changed while it was loading; load it again", parameter="model")
     pinned = EMBEDDED[spec].sha256 if spec in EMBEDDED else None
     if pinned is not None and digest != pinned:
         path.unlink(missing_ok=True)

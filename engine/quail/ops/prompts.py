@@ -144,15 +144,15 @@ def fit(texts: list[str], render: Callable[[list[str]], list[list[int]]], contex
     if not truncate and (long := next(((i, len(t)) for i, t in zip(rows or range(len(texts)), texts)
                                        if len(t) > context * MAX_CHARS_PER_TOKEN), None)):
         raise QuailError(f"{what} {long[0]}: the document is {long[1]:,} characters, far more than the model's "
-                         f"context holds ({limit:,} tokens after the question). Use --truncate to cut long "
-                         f"documents.")
+                         f"context holds ({limit:,} tokens after the question). Set truncate to cut long "
+                         f"documents.", parameter="truncate")
     for i, tokens in zip(rows or range(len(texts)), render(texts)):  # the layout cuts what it must
         if len(tokens) > limit:
             if not truncate:
                 raise QuailError(
                     f"{what} {i}: the document is {len(tokens)} tokens with its prompt; the model's context "
-                    f"leaves {limit} for it after the question. Use --truncate to cut long documents."
-                )
+                    f"leaves {limit} for it after the question. Set truncate to cut long documents.",
+                    parameter="truncate")
             tokens = tokens[:limit]
             out.truncated += 1
         out.tokens.append(tokens)

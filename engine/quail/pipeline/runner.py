@@ -51,7 +51,7 @@ class Runner:
     def __init__(self, pipeline: Pipeline, on_null: str = "fail", truncate: bool = False,
                  window_rows: int = DEFAULT_WINDOW_ROWS, max_tokens: int | None = None):
         self.pipeline = pipeline
-        # each operator's budget: its own max_tokens, else --max-tokens
+        # each operator's budget: its own max_tokens, else the run's
         self.budgets = {s.name: pipeline.budgets.get(s.name, max_tokens) for s in pipeline.specs}
         self.on_null = on_null
         self.truncate = truncate
@@ -179,8 +179,7 @@ class Runner:
         as_run = set() if budgeted else {g[0].name for g in groups if g[0].inputs[0] in self.pipeline.tables}
         predicted = self.predict(session, plan, [s for g in groups if g[0].name not in as_run for s in g])
         for name, p in predicted.items():
-            check_budget(name, p, self.budgets.get(name), "max_tokens" if name in self.pipeline.budgets else
-                         "--max-tokens")
+            check_budget(name, p, self.budgets.get(name), None if name in self.pipeline.budgets else "max_tokens")
         partners = self._partners(plan) if as_run else {}
         runs, publication = [], Publication()
         with tempfile.TemporaryDirectory(prefix="quail-pipeline-") as scratch, _published(publication):

@@ -97,7 +97,7 @@ class OutputSink:
         complete, at `written`."""
         self.path = Path(path)
         if self.path.suffix.lower() == ".csv":
-            raise QuailError(f"--output {path}: outputs are Parquet files")
+            raise QuailError(f"output {path}: outputs are Parquet files", parameter="output")
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None
         self._publication = publication

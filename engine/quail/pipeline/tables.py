@@ -26,7 +26,8 @@ def text_column(table: pa.Table, column: str, source: str, on_null: str,
             if on_null == "skip":
                 continue
             what = "NULL" if value is None else "empty"
-            raise QuailError(f"{source}: row {i} of column {column!r} is {what}; use --on-null skip to skip such rows")
+            raise QuailError(f"{source}: row {i} of column {column!r} is {what}; set on_null to 'skip' to skip such "
+                             f"rows", parameter="on_null")
         texts.append(value)
         rows.append(i)
     return texts, rows

@@ -166,17 +166,18 @@ def check_count(value: object, what: str) -> int | None:
     return value
 
 
-def check_budget(name: str, predicted: Prediction, max_tokens: int | None, what: str = "max_tokens") -> None:
+def check_budget(name: str, predicted: Prediction, max_tokens: int | None, parameter: str | None = None) -> None:
     """Refuses, before anything is computed, an operator whose plan predicts more computed tokens
-    than its budget: prompt tokens, and the most an extract or a map may write."""
+    than its budget: prompt tokens, and the most an extract or a map may write. parameter:
+    "max_tokens" where the budget is the run's parameter, None where it is the operator's own."""
     if max_tokens is not None and (most := predicted.tokens_computed + predicted.tokens_generated_at_most) > max_tokens:
         written = f" (with at most {round(predicted.tokens_generated_at_most):,} written)" \
             if predicted.tokens_generated_at_most else ""
         raise QuailError(f"operator {name!r}: the plan predicts {round(most):,} computed tokens{written}, "
-                         f"over its budget ({what} {max_tokens:,}); nothing was computed")
+                         f"over its budget (max_tokens {max_tokens:,}); nothing was computed", parameter=parameter)
 
 
-def check_window_rows(rows: int, what: str = "--window-rows") -> int:
+def check_window_rows(rows: int) -> int:
     if not 1 <= rows <= 2**31 - 1:
-        raise QuailError(f"{what} must be between 1 and {2**31 - 1}, got {rows}")
+        raise QuailError(f"window_rows must be between 1 and {2**31 - 1}, got {rows}", parameter="window_rows")
     return rows

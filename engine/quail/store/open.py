@@ -19,7 +19,8 @@ def store_location(given: str | None = None, given_file: str | None = None) -> s
     if given:
         return given
     if path := given_file or os.environ.get("QUAIL_ANSWER_STORE_FILE"):
-        return secret_file(path, "--answer-store-file" if given_file else "QUAIL_ANSWER_STORE_FILE")
+        return secret_file(path, "answer_store_file") if given_file else \
+            secret_file(path, "QUAIL_ANSWER_STORE_FILE", variable=True)
     return os.environ.get("QUAIL_ANSWER_STORE") or str(default_path())
 
 

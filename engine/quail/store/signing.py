@@ -52,7 +52,8 @@ def signer(shared: str | None = None) -> Signer:
     if given := os.environ.get("QUAIL_ANSWER_STORE_KEY"):
         return Signer(_checked(given, "QUAIL_ANSWER_STORE_KEY"))
     if path := os.environ.get("QUAIL_ANSWER_STORE_KEY_FILE"):
-        return Signer(_checked(secret_file(path, "QUAIL_ANSWER_STORE_KEY_FILE"), "QUAIL_ANSWER_STORE_KEY_FILE"))
+        key = secret_file(path, "QUAIL_ANSWER_STORE_KEY_FILE", variable=True)
+        return Signer(_checked(key, "QUAIL_ANSWER_STORE_KEY_FILE"))
     if shared:
         raise QuailError(f"the answer store {shared} is shared: give the workers that share it one key to sign its "
                          f"answers with, in a file only its owner can read named by QUAIL_ANSWER_STORE_KEY_FILE (or "

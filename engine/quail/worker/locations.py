@@ -76,11 +76,13 @@ def server_tls(cert: str | None, key: str | None) -> tuple[bytes, bytes] | None:
     """The certificate chain and private key a TCP worker serves TLS with (both or neither); the key
     file must be its owner's alone, as token files are."""
     if (cert is None) != (key is None):
-        raise QuailError("give both --tls-cert and --tls-key, or neither")
+        missing = "tls_key" if key is None else "tls_cert"
+        raise QuailError(f"{missing} is missing: a certificate chain and its private key go together",
+                         parameter=missing)
     if cert is None or key is None:
         return None
     try:
         chain = Path(cert).read_bytes()
     except OSError as e:
-        raise QuailError(f"--tls-cert {cert}: {e.strerror}") from None
-    return chain, secret_file(key, "--tls-key").encode()
+        raise QuailError(f"tls_cert {cert}: {e.strerror}", parameter="tls_cert") from None
+    return chain, secret_file(key, "tls_key").encode()

@@ -121,7 +121,7 @@ def claim_location(location: str) -> Path | None:
         with socket.socket(socket.AF_INET6 if ":" in (host or "") else socket.AF_INET) as probe:
             probe.settimeout(2.0)
             if probe.connect_ex((host, port)) == 0:
-                raise QuailError(f"something already listens on {host}:{port}; stop it or choose another --port")
+                raise QuailError(f"something already listens on {host}:{port}; stop it or choose another port")
         return None
     private_folder(path.parent)
     if not owned_file(path, kind="socket"):
@@ -133,7 +133,7 @@ def claim_location(location: str) -> Path | None:
         path.unlink()  # nobody listens: a worker that died
     else:
         raise QuailError(f"a worker already listens on {path}; stop it first (`quail worker stop` for the "
-                         f"local ones) or choose another --socket")
+                         f"local ones) or choose another socket")
     finally:
         probe.close()
     return path
@@ -253,7 +253,7 @@ class Worker(flight.FlightServerBase):
             whose = f"of DAG {dag_id!r} " if mine >= self.max_queued else ""
             raise flight.FlightServerError(f"the worker holds {max(mine, len(unfinished))} unfinished jobs {whose}"
                                            f"(at most {self.max_queued} a DAG and {4 * self.max_queued} in all, "
-                                           f"--max-queued); submit again once some end", extra_info=BUSY)
+                                           f"max_queued); submit again once some end", extra_info=BUSY)
 
     @message_only
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:

@@ -86,4 +86,4 @@ def write_token(location: str, token: str) -> None:
 
 def token_from_file(path: str) -> str:
     """`--token-file`: a file only its owner can read (a token on the command line shows in `ps`)."""
-    return secret_file(path, "--token-file")
+    return secret_file(path, "token_file")

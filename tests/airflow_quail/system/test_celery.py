@@ -14,6 +14,8 @@ from quail.worker.client import WorkerClient
 from tests.airflow_quail.conftest import free_port
 from tests.airflow_quail.system.deployment import ended, login, served, services, start, stop, trigger
 
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # Airflow under Celery; two workers load smollm2
+
 DAG = "quail_routed"
 QUEUES = {"kept": "quail_filter", "topic": "quail_classify"}  # as the DAG puts them
 

@@ -19,6 +19,8 @@ from quail.worker.local import stop_local_workers
 from tests.airflow_quail.conftest import same_rows
 from tests.airflow_quail.system.deployment import ended, login, served, services, start, stop, trigger, until
 
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # Airflow's processes; the local worker loads smollm2
+
 DAG = "quail_chaos"
 TASKS = ("sport_kept", "sport_topic", "money_kept", "money_topic")
 KILLS = 2  # a run

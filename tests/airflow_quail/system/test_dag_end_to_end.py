@@ -5,8 +5,11 @@ run with reuse switched off gives the same outputs."""
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.airflow_quail.conftest import JOKES, dags_test, same_rows, worker_jobs
+
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # `airflow dags test`; the local worker loads smollm2
 
 JOKES_TASKS = ["tech", "theme", "by_technology", "audience"]
 IN_SQLITE = {"tech": "tech_jokes", "theme": "joke_themes"}  # the rest are Parquet files

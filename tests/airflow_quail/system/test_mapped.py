@@ -17,6 +17,8 @@ from airflow_quail.hooks.quail import QuailHook
 from airflow_quail.operators import LLMFilterOperator
 from tests.airflow_quail.conftest import ROOT, dags_test, same_rows, worker_jobs
 
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # `airflow dags test`; the local worker loads smollm2
+
 PREDICATE = "Is this article about sport?"
 
 

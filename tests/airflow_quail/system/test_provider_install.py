@@ -14,6 +14,8 @@ import pytest
 
 from tests.airflow_quail.conftest import ROOT
 
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # `airflow dags test`; two workers load smollm2
+
 ENGINE = ("torch", "tokenizers", "gguf", "safetensors", "triton")
 
 

@@ -7,9 +7,12 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.airflow_quail.conftest import JOKES, worker_jobs
 from tests.airflow_quail.system.deployment import ended, login, served, services, start, stop, trigger, until
+
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # Airflow's processes; the local worker loads smollm2
 
 
 def _the_quail_page(base: str, token: str, run: str, tmp_path: Path) -> None:

@@ -6,8 +6,11 @@ import json
 import subprocess
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.airflow_quail.system.deployment import login, served, start, stop, until
+
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # Airflow's api-server; the local worker loads a model
 
 
 def test_a_reviewers_decision_given_through_the_api_is_applied(airflow_env, tmp_path, tiny_model_dir):

@@ -13,6 +13,8 @@ import pytest
 
 from tests.airflow_quail.conftest import dags_test, same_rows, worker_jobs
 
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # `airflow dags test`; the local worker loads a model
+
 ROWS, ARENA_PAGES = 4000, 1200
 WORDS = ("match goal team coach market price bank trade rain storm wind cloud river city music film game "
          "player season league stock bond loan sun snow").split()

@@ -19,6 +19,8 @@ from quail.worker.routing import placement
 from tests.airflow_quail.conftest import same_rows, serving
 from tests.postgres import throwaway_cluster
 
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # Airflow's processes; `quail worker serve` loads smollm2
+
 DAG = "quail_routed"
 DAG_FILE = Path(__file__).parent / "dags" / "quail_routed.py"
 

@@ -15,6 +15,8 @@ import pytest
 
 from tests.airflow_quail.conftest import JOKES, ROOT, free_port
 
+pytestmark = [pytest.mark.deployment, pytest.mark.model]  # `make ui`: Airflow; its local worker loads smollm2
+
 
 def _started(pid: int) -> str | None:
     """When a running process started (with its pid, it names that process), or None."""

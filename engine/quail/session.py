@@ -12,9 +12,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalSettings
+from quail.executor.memory import check_settings
 from quail.executor.stats import Stats
 from quail.kinds.classify import render as render_classify
 from quail.kinds.extract import DEFAULT_INSTRUCTION, json_schema
@@ -37,6 +40,7 @@ from quail.ops.join import JoinResult, stored_join
 from quail.ops.map import MapResult, run_map
 from quail.ops.prompts import PromptLayout, fit
 from quail.ops.stored import Run, Stored
+from quail.ops.vectors import run_vectors
 from quail.reuse import Retain, Reuse
 from quail.specs import FieldSpec
 
@@ -64,12 +68,7 @@ class Session:
         per device. The arena is sized from the device's memory unless arena_pages is given. `say`
         hears each start-up phase with its duration: the model loading, the arena sizing and the
         cost-model calibration (measured once per model and batch size, then read from disk)."""
-        if arena_pages is not None and arena_pages < 1:
-            raise QuailError(f"--arena-pages must be at least 1, got {arena_pages}")
-        if max_batch_tokens is not None and max_batch_tokens < 16:
-            raise QuailError(f"--max-batch-tokens must be at least 16, got {max_batch_tokens}")
-        if not 0 < gpu_memory_utilization <= 1:
-            raise QuailError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
+        check_settings(arena_pages, max_batch_tokens, gpu_memory_utilization)
         say = say or (lambda _: None)
         say(f"loading {model} ({dtype}, device {device})")
         started = time.perf_counter()
@@ -150,17 +149,24 @@ class Session:
     def join(self, left: list[str], right: list[str], condition: str, reuse: bool | Reuse = True,
              retain: bool | Retain | None = None, truncate: bool = False,
              progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
-             right_rows: list[int] | None = None, calibration: str = "auto",
-             partner: str = SECOND) -> tuple[JoinResult, Stats]:
+             right_rows: list[int] | None = None, calibration: str = "auto", partner: str = SECOND,
+             pairs: list[list[int]] | None = None) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
-        calibration: "contextual" divides out each right row's P(yes) against content-free left rows."""
+        calibration: "contextual" divides out each right row's P(yes) against content-free left rows.
+        pairs: per left row, the right rows asked (its row of P(yes) in that order); None: every one."""
         cond = render_join(self.layout, condition, partner)
         other = self.context - pair_room(self.context, len(cond))  # what follows one document of a pair at most
         partners = fit(right, lambda texts: self.layout.partners(texts, partner), self.context, other, truncate,
                        right_rows, "right row")
         anchors = fit(left, self.layout.documents, self.context, other, truncate, left_rows, "left row")
         return stored_join(self._run(reuse, retain, progress), anchors, partners, cond, self.layout.yes_no,
-                           self._probes(calibration))
+                           self._probes(calibration), pairs)
+
+    def vectors(self, texts: list[str], reuse: bool | Reuse = True, retain: bool | Retain | None = None,
+                truncate: bool = False, rows: list[int] | None = None) -> tuple[np.ndarray, Stats]:
+        """Each text's vector from the model's own hidden states, read as a plain document (ops/vectors.py)."""
+        run, docs = self._run(reuse, retain, None), fit(texts, self.layout.documents, self.context, 0, truncate, rows)
+        return run_vectors(self.engine, docs.tokens, len(self.layout.preamble), run.reuse, run.retain)
 
     def extract_grammar(self, fields: tuple[FieldSpec, ...]) -> JsonSchema:
         return self.grammars.json(json_schema(fields))
@@ -174,8 +180,7 @@ class Session:
         pydantic model into them), written as JSON held to their schema; a row cut at
         max_new_tokens is truncated and its fields None."""
         fields, most = tuple(fields), most_written(max_new_tokens)
-        grammar = self.extract_grammar(fields)
-        question = render_extract(self.layout, instruction, fields)
+        grammar, question = self.extract_grammar(fields), render_extract(self.layout, instruction, fields)
         docs = fit(texts, self.layout.documents, self.context, len(question) + most, truncate, rows)
         return run_extract(self._run(reuse, retain, progress), docs, question, fields, most, grammar,
                            self.loaded.tokenizer.decode, self.grammars.vocab)

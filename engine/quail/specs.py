@@ -69,6 +69,10 @@ class OperatorSpec:
     threshold: float = 0.5
     limit: int | None = None
     top_k: int | None = None  # a join: the best K right rows of each left row; a classify: its K best labels
+    recall_target: float | None = None  # a join: the share of the full join its output holds, certified
+    recall_delta: float = 0.05  # ... with probability at least 1 - recall_delta (planner/recall.py)
+    candidates: int | None = None  # a join: each left row asks only its K best-scoring right rows
+    embedding: str | None = None  # a join's scores: a sentence-transformers model's vectors, not the model's own
     right_name: str | None = None  # a join: what its prompt calls a right row; by default its column's name
     keep_all: bool = False
     calibration: str = "auto"  # "contextual": each question's content-free answer divided out; "auto": the model's

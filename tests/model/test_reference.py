@@ -9,6 +9,8 @@ from quail.executor.sequence import Seq
 from quail.kv import KVArena, PageArena
 from tests.conftest import quail_from_hf, tiny_hf_model
 
+pytestmark = pytest.mark.model  # random transformers models (tiny_hf_model)
+
 TOL = dict(atol=1e-4, rtol=1e-5)
 
 
@@ -37,7 +39,7 @@ def _ragged_check(hf, model, prompts, chunk_sizes):
                 chunks.append(Chunk(seqs[i], part, list(range(len(part)))))
                 owners.append(i)
                 done[i] += len(part)
-        for i, out in zip(owners, runner.run(chunks)):
+        for i, (out, _) in zip(owners, runner.run(chunks)):
             got[i].append(out)
     assert done == [len(p) for p in prompts]
     worst = 0.0
@@ -76,9 +78,9 @@ def test_rewind_then_extend_matches_from_scratch(tiny_llama):
     runner.run([Chunk(seq, doc + q1, [])])
     runner.cache.rewind(seq, len(doc))
     assert len(seq.pages) == 2 and runner.cache.pages.num_used == 2
-    [after_rewind] = runner.run([Chunk(seq, q2, [len(q2) - 1])])
+    [(after_rewind, _)] = runner.run([Chunk(seq, q2, [len(q2) - 1])])
     fresh = Seq()
-    [scratch] = runner.run([Chunk(fresh, doc + q2, [len(doc) + len(q2) - 1])])
+    [(scratch, _)] = runner.run([Chunk(fresh, doc + q2, [len(doc) + len(q2) - 1])])
     torch.testing.assert_close(after_rewind, scratch, atol=1e-6, rtol=0)
 
 

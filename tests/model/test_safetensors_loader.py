@@ -18,7 +18,7 @@ def test_hf_directory_loads_and_matches_transformers(tmp_path, arch, smollm2):
     assert loaded.config.arch == arch and loaded.tokenizer.chat is not None
     ids = loaded.tokenizer.encode("A safetensors directory, loaded like a GPU deployment would.")
     engine = Engine(loaded.model, PhysicalSettings(arena_pages=8))
-    [ours] = engine.scheduler.runner.run([Chunk(Seq(), ids, list(range(len(ids))))])
+    [(ours, _)] = engine.scheduler.runner.run([Chunk(Seq(), ids, list(range(len(ids))))])
     with torch.no_grad():
         ref = torch.log_softmax(hf(torch.tensor([ids])).logits[0], dim=-1)
     torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-5)

@@ -4,6 +4,7 @@ tokens_computed + sum(tokens_reused) == tokens_naive for every job (Stats.check)
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from quail.executor.program import Extend, Outcome, Reads
@@ -15,6 +16,7 @@ class Request:
     ext: Extend
     done: int = 0
     reads: dict[int, torch.Tensor] = field(default_factory=dict)  # log-probs by offset
+    pooled: torch.Tensor | None = None  # the sum of the pool's hidden states so far
 
     @property
     def remaining(self) -> int:
@@ -58,4 +60,7 @@ def settle(req: Request, stats: Stats, out: Outcome, index: int) -> Reads:
             for s in (stats.step(ext.step), out.naive_steps[index].setdefault(ext.step, StepStats())):
                 s.tokens_naive += total
                 s.prompts += 1
-    return [(req.reads[off] if ids is None else req.reads[off][ids]).numpy() for off, ids in ext.reads]
+    reads = [(req.reads[off] if ids is None else req.reads[off][ids]).numpy() for off, ids in ext.reads]
+    if ext.pool is not None:
+        reads.append((req.pooled / len(ext.pool)).numpy() if req.pooled is not None else np.empty(0, np.float32))
+    return reads

@@ -16,6 +16,7 @@ class Chunk:
     seq: Seq
     tokens: list[int]
     reads: list[int]  # offsets within `tokens` whose next-token log-probs are wanted
+    pool: range | None = None  # offsets within `tokens` whose hidden states are summed into a vector
 
 
 class ModelRunner:
@@ -23,8 +24,9 @@ class ModelRunner:
         self.model = model
         self.cache = cache
 
-    def run(self, chunks: list[Chunk]) -> list[torch.Tensor]:
-        """Returns, per chunk, fp32 log-probs [len(reads), vocab]."""
+    def run(self, chunks: list[Chunk]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Returns, per chunk, fp32 log-probs [len(reads), vocab] and the sum of its pool's hidden
+        states [hidden] (None without a pool)."""
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -33,6 +35,8 @@ class ModelRunner:
         q_len: list[int] = []
         k_len: list[int] = []
         tables: list[list[int]] = []
+        pooled: list[int] = []
+        vectors = 0
         offset = 0
         for c in chunks:
             start = len(c.seq)
@@ -44,6 +48,11 @@ class ModelRunner:
             q_len.append(len(c.tokens))
             k_len.append(len(c.seq))
             tables.append(c.seq.pages)
+            into = [-1] * len(c.tokens)
+            if c.pool is not None and len(c.pool):
+                into[c.pool.start: c.pool.stop] = [vectors] * len(c.pool)
+                vectors += 1
+            pooled.extend(into)
             offset += len(c.tokens)
         self.cache.pages.check_live(np.concatenate([np.asarray(t, dtype=np.int64) for t in tables]))
         dev = self.model.device
@@ -55,6 +64,10 @@ class ModelRunner:
                 np.array(q_start), np.array(q_len), np.array(k_len), tables, self.cache.page_size, dev
             ),
             logit_rows=torch.tensor(rows, dtype=torch.long, device=dev),
+            pooled=torch.tensor(pooled, dtype=torch.long, device=dev) if vectors else None,
+            vectors=vectors,
         )
-        logprobs = self.model.forward(batch, self.cache.kv).cpu()
-        return list(logprobs.split([len(c.reads) for c in chunks]))
+        out = self.model.forward(batch, self.cache.kv)
+        logprobs = out.logprobs.cpu().split([len(c.reads) for c in chunks])
+        sums = iter(list(out.vectors.cpu()) if out.vectors is not None else [])
+        return [(lp, next(sums) if c.pool is not None and len(c.pool) else None) for lp, c in zip(logprobs, chunks)]

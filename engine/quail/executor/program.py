@@ -24,7 +24,8 @@ class Extend:
     `n_document`: how many leading tokens are document text (the rest count as question tokens).
     `writes`: its last read chooses a token the program writes (an extract's or a map's); a request
     that is not a prompt then feeds back the token written before, which is counted as written, not
-    as a prompt's. Reading `ALL` ids reads the whole vocabulary.
+    as a prompt's. Reading `ALL` ids reads the whole vocabulary. `pool`: offsets of `tokens` whose
+    hidden states are averaged into the row's vector (LlamaModel.vector_layer), read after the reads.
     """
 
     seq: Seq
@@ -34,6 +35,7 @@ class Extend:
     prompt: bool = True
     step: str | None = None
     writes: bool = False
+    pool: range | None = None
 
 
 ALL = None  # the ids a read reads: every one

@@ -68,9 +68,9 @@ class Scheduler:
         for i, p in enumerate(programs):
             if p.pages > total:
                 raise QuailError(
-                    f"--arena-pages {total} is too small: row {i} needs {p.pages} pages "
-                    f"({p.pages * self.cache.page_size} tokens with its question); use at least {p.pages}"
-                )
+                    f"arena_pages {total} is too small: row {i} needs {p.pages} pages "
+                    f"({p.pages * self.cache.page_size} tokens with its question); use at least {p.pages}",
+                    parameter="arena_pages")
         group = Group(programs, tree, stats, borrowing, progress)
         self.driver.drive(lambda: self.groups.append(group), lambda: group.done)
         if group.error is not None:
@@ -247,7 +247,9 @@ class Scheduler:
                 take = min(req.remaining, budget)
                 lo, ext = req.done, req.ext
                 reads = [off - lo for off, _ in ext.reads if lo <= off < lo + take]
-                chunks.append(Chunk(ext.seq, ext.tokens[lo : lo + take], reads))
+                pool = None if ext.pool is None else range(max(ext.pool.start, lo) - lo,
+                                                           min(ext.pool.stop, lo + take) - lo)
+                chunks.append(Chunk(ext.seq, ext.tokens[lo : lo + take], reads, pool))
                 owners.append((act, req, lo))
                 charge(act.group.stats, ext, lo, take)
                 budget -= take
@@ -265,9 +267,11 @@ class Scheduler:
             g.stats.forward_passes += 1
             g.stats.pages_peak = max(g.stats.pages_peak, self.cache.pages.num_used)
         touched: dict[int, _Active] = {}
-        for (act, req, offset), chunk, o in zip(owners, chunks, outputs):
+        for (act, req, offset), chunk, (o, pooled) in zip(owners, chunks, outputs):
             for r, row in zip(chunk.reads, o):
                 req.reads[offset + r] = row
+            if pooled is not None:
+                req.pooled = pooled if req.pooled is None else req.pooled + pooled
             req.done += len(chunk.tokens)
             self.queued_tokens -= len(chunk.tokens)
             act.group.tokens += len(chunk.tokens)

@@ -32,6 +32,7 @@ class Stats:
     steps: dict[str, StepStats] = field(default_factory=dict)
     by_model: dict[str, dict[str, int]] = field(default_factory=dict)  # a cascade's: each model's rows and tokens
     guarantee: dict | None = None  # a cascade whose band was chosen for a target: how (planner/guarantee.py)
+    blocking: dict | None = None  # a join that asked some of its pairs: which, and its recall (runtime/blocking.py)
 
     @overload
     def step(self, name: str) -> StepStats: ...
@@ -53,6 +54,7 @@ class Stats:
             self.tokens_reused[mech] += other.tokens_reused[mech]
         self.pages_peak = max(self.pages_peak, other.pages_peak)
         self.guarantee = self.guarantee or other.guarantee
+        self.blocking = self.blocking or other.blocking
         for name, s in other.steps.items():
             mine = self.steps.setdefault(name, StepStats())
             mine.tokens_computed += s.tokens_computed

@@ -6,7 +6,18 @@ import argparse
 from typing import ClassVar, cast
 
 from quail.kinds.base import Key, Layout, OperatorKind, OperatorTokens, calibration_word
-from quail.kinds.settings import Calibration, CascadeSetting, Count, Name, Number, Settings, Texts, cascade_from_args
+from quail.kinds.settings import (
+    Calibration,
+    CascadeSetting,
+    Count,
+    MaybeNumber,
+    Name,
+    Number,
+    Settings,
+    Text,
+    Texts,
+    cascade_from_args,
+)
 from quail.kinds.words import ANCHOR, partner_name
 from quail.prefix_tree import stem
 from quail.specs import METRICS, OperatorSpec
@@ -30,11 +41,13 @@ def render(layout: Layout, condition: str, name: str) -> list[int]:
 
 
 def keys(key: Key, condition: list[int], anchors: list[list[int]], partners: list[list[int]],
-         calibrated: bool) -> list[list[bytes]]:
-    """The answer store's keys of each pair's raw P(yes): per left row, one per right row (the pair's
-    document: the left row's tokens, -1, the right row's)."""
+         calibrated: bool, pairs: list[list[int]] | None = None) -> list[list[bytes]]:
+    """The answer store's keys of each pair's raw P(yes): per left row, one per right row it asks
+    (`pairs`: their indices; None: every one). A pair's document: the left row's tokens, -1, the
+    right row's."""
     asked = f"join\x1f{calibration_word(calibrated)}\x1f{condition}"
-    return [[key(asked, a + [-1] + p) for p in partners] for a in anchors]
+    rows = pairs if pairs is not None else [range(len(partners))] * len(anchors)
+    return [[key(asked, a + [-1] + partners[j]) for j in row] for a, row in zip(anchors, rows)]
 
 
 class JoinSettings(Settings):
@@ -49,12 +62,18 @@ class JoinSettings(Settings):
     right_name: object = None  # any value, for check's message to name it
     threshold: Number = 0.5
     top_k: Count = None
+    recall_target: MaybeNumber = None
+    recall_delta: Number = 0.05
+    candidates: Count = None
+    embedding: Text = None
     calibration: Calibration = "auto"
     cascade: CascadeSetting = None  # on each pair's P(yes)
 
     def spec(self, name: str, output: str | None) -> OperatorSpec:
         return OperatorSpec(name, self.kind, (self.left, self.right), (self.left_column, self.right_column),
                             self.condition, threshold=self.threshold, top_k=self.top_k,
+                            recall_target=self.recall_target, recall_delta=self.recall_delta,
+                            candidates=self.candidates, embedding=self.embedding,
                             right_name=cast("str | None", self.right_name), calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
@@ -62,8 +81,9 @@ class JoinSettings(Settings):
     def body(cls, spec: OperatorSpec) -> dict:
         return {"left": spec.inputs[0], "right": spec.inputs[1], "left_column": spec.columns[0],
                 "right_column": spec.columns[1], "condition": spec.questions, "right_name": spec.right_name,
-                "threshold": spec.threshold, "top_k": spec.top_k, "calibration": spec.calibration,
-                "cascade": spec.cascade}
+                "threshold": spec.threshold, "top_k": spec.top_k, "recall_target": spec.recall_target,
+                "recall_delta": spec.recall_delta, "candidates": spec.candidates, "embedding": spec.embedding,
+                "calibration": spec.calibration, "cascade": spec.cascade}
 
     def questions(self) -> tuple[str, ...]:
         return self.condition
@@ -72,6 +92,8 @@ class JoinSettings(Settings):
         super().check(flags)
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        check_blocking(self.recall_target, self.recall_delta, self.candidates, self.embedding, self.top_k,
+                       self.cascade is not None)
         name = self.right_name
         if name is None:
             return
@@ -80,6 +102,29 @@ class JoinSettings(Settings):
         if name.strip().lower() == ANCHOR:
             raise ValueError(f"right_name {name!r} is what the prompt calls the left row; name the right rows "
                              f"otherwise (\"second document\")")
+
+
+def check_blocking(target: float | None, delta: float, candidates: int | None, embedding: str | None,
+                   top_k: int | None, cascade: bool) -> None:
+    """A blocked join's settings: a recall target certified at a level, or each left row's best
+    candidates; never both, and (for now) neither with top_k's ranking over every right row nor a cascade."""
+    if target is not None and not 0 < target <= 1:  # NaN too
+        raise ValueError(f"recall_target must be in (0, 1], got {target}")
+    if not 0 < delta < 1:
+        raise ValueError(f"recall_delta must be in (0, 1), got {delta}")
+    if candidates is not None and candidates < 1:
+        raise ValueError(f"candidates must be at least 1, got {candidates}")
+    if target is not None and candidates is not None:
+        raise ValueError("recall_target and candidates are two ways to choose the pairs asked: give one")
+    if target is not None and top_k is not None:
+        raise ValueError("recall_target certifies a threshold join over the whole product; for each left row's "
+                         "top_k, choose the pairs asked with candidates")
+    if cascade and (target is not None or candidates is not None):
+        raise ValueError("a cascade answers every pair; it does not yet go with recall_target or candidates")
+    if embedding is not None and target is None and candidates is None:
+        raise ValueError("embedding scores the pairs a blocked join asks: give recall_target or candidates too")
+    if embedding is not None and not embedding.strip():
+        raise ValueError("embedding must name a sentence-transformers model, got an empty name")
 
 
 class Join(OperatorKind):
@@ -101,11 +146,24 @@ class Join(OperatorKind):
         p.add_argument("--threshold", type=float, default=0.5, help="the least P(yes) a pair needs")
         p.add_argument("--top-k", type=int, help="each left row's K right rows of highest P(yes) (at least "
                                                  "--threshold), ranked")
+        p.add_argument("--recall-target", type=float, metavar="R",
+                       help="ask the model about few pairs, chosen by the rows' vectors, and certify that the output "
+                            "holds at least R of the pairs it would match if asked about every pair")
+        p.add_argument("--recall-delta", type=float, default=0.05, metavar="D",
+                       help="the certificate holds with probability at least 1 - D (default 0.05)")
+        p.add_argument("--candidates", type=int, metavar="K",
+                       help="ask about each left row's K best-scoring right rows only; the recall is estimated "
+                            "from a sample, not certified")
+        p.add_argument("--embedding", metavar="MODEL",
+                       help="score pairs with this sentence-transformers model (a folder, or all-MiniLM-L6-v2 "
+                            "when installed) instead of the model's own hidden states")
 
     def from_args(self, args: argparse.Namespace) -> tuple[dict[str, str], OperatorSpec]:
         settings = JoinSettings.parse({"left": "left", "right": "right", "left_column": args.left_column,
                                        "right_column": args.right_column, "right_name": args.right_name,
                                        "condition": args.condition, "threshold": args.threshold, "top_k": args.top_k,
+                                       "recall_target": args.recall_target, "recall_delta": args.recall_delta,
+                                       "candidates": args.candidates, "embedding": args.embedding,
                                        "calibration": args.calibration, "cascade": cascade_from_args(args)}, "join",
                                       {"questions": "--condition"})
         return {"left": args.left, "right": args.right}, settings.spec("join", args.output)

@@ -59,6 +59,10 @@ def _number(value: object, info: ValidationInfo) -> float:
     return float(value)
 
 
+def _maybe_number(value: object, info: ValidationInfo) -> float | None:
+    return None if value is None else _number(value, info)
+
+
 def _count(value: object, info: ValidationInfo) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise ValueError(f"{info.field_name!r} must be a whole number of rows, got {value!r}")
@@ -87,7 +91,7 @@ def check_calibration(value: object) -> str:
 def check_cascade_model(model: str, cascade_model: str, where: str) -> None:
     """A cascade's larger model must be another model than the one that answers first."""
     if cascade_model == model:
-        raise QuailError(f"{where}: the cascade's model is --model itself ({model!r}); name a larger one")
+        raise QuailError(f"{where}: the cascade's model is the first model itself ({model!r}); name a larger one")
 
 
 def _cascade(value: object, info: ValidationInfo) -> Cascade | None:
@@ -147,6 +151,7 @@ def _is_number(x: object) -> bool:
 Name = Annotated[str, BeforeValidator(_name)]
 Texts = Annotated[tuple[str, ...], BeforeValidator(_texts)]
 Number = Annotated[float, BeforeValidator(_number)]
+MaybeNumber = Annotated[float | None, BeforeValidator(_maybe_number)]
 Count = Annotated[int | None, BeforeValidator(_count)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Text = Annotated[str | None, BeforeValidator(_text)]

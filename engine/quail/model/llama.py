@@ -25,6 +25,10 @@ from quail.model.linear import Linear
 # another order), which even blocks never are unless the pass is
 MLP_BLOCK_BYTES = 16 << 20
 
+# A row's vector (the join's candidates) is the mean of its tokens' hidden states after this share
+# of the layers: bench/quality/vectors.py measured the layers' candidate recall
+VECTOR_DEPTH = 0.5
+
 
 @dataclass
 class ForwardBatch:
@@ -33,6 +37,14 @@ class ForwardBatch:
     slots: torch.Tensor  # [T] flat KV slots to write
     attention: AttentionMeta
     logit_rows: torch.Tensor  # [R] rows of T whose next-token log-probs are wanted
+    pooled: torch.Tensor | None = None  # [T] per row, the vector (0..V-1) its hidden state is summed into, or -1
+    vectors: int = 0  # V
+
+
+@dataclass
+class ForwardOutput:
+    logprobs: torch.Tensor  # fp32 [R, vocab]
+    vectors: torch.Tensor | None  # fp32 [V, hidden]: each vector's sum of the hidden states after VECTOR_LAYER
 
 
 @dataclass
@@ -109,6 +121,7 @@ class LlamaModel:
         gate_up_row = 2 * cfg.intermediate_size * self.embed.element_size()
         packed = bool(self.layers) and self.layers[0].gate_up.packed
         self.mlp_rows = max(256, MLP_BLOCK_BYTES // gate_up_row) if packed else None
+        self.vector_layer = max(1, round(VECTOR_DEPTH * cfg.num_layers))  # blocks before the vectors are read
 
     @property
     def nbytes(self) -> int:
@@ -126,8 +139,9 @@ class LlamaModel:
         return layer.down(F.silu(gate) * up)
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, kv: KVArena) -> torch.Tensor:
-        """Runs the batch, writes its K/V into the arena, returns fp32 log-probs [R, vocab]."""
+    def forward(self, batch: ForwardBatch, kv: KVArena) -> ForwardOutput:
+        """Runs the batch, writes its K/V into the arena, returns fp32 log-probs [R, vocab] and the
+        vectors' sums."""
         cfg = self.cfg
         h_q, h_kv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         angles = batch.positions.float()[:, None] * self.inv_freq[None, :]
@@ -135,7 +149,10 @@ class LlamaModel:
         x = self.embed[batch.input_ids]
         blocks = -(-len(x) // self.mlp_rows) if self.mlp_rows else 1
         rows = max(1, -(-len(x) // blocks))  # even blocks, so none is a single row unless the pass is
+        vectors = None
         for i, layer in enumerate(self.layers):
+            if i == self.vector_layer and batch.pooled is not None:
+                vectors = _sum_rows(x, batch.pooled, batch.vectors)
             h = self._rms_norm(x, layer.attn_norm)
             qkv = layer.qkv(h)
             qk, v = qkv.split([(h_q + h_kv) * d, h_kv * d], dim=-1)
@@ -145,5 +162,13 @@ class LlamaModel:
             x = x + layer.o(attn.reshape(-1, h_q * d))
             for r in range(0, len(x), rows):
                 x[r: r + rows] += self._mlp(x[r: r + rows], layer)
+        if vectors is None and batch.pooled is not None:  # a model of fewer layers than the depth asks
+            vectors = _sum_rows(x, batch.pooled, batch.vectors)
         x = self._rms_norm(x[batch.logit_rows], self.norm)
-        return torch.log_softmax(F.linear(x, self.lm_head).float(), dim=-1)
+        return ForwardOutput(torch.log_softmax(F.linear(x, self.lm_head).float(), dim=-1), vectors)
+
+
+def _sum_rows(x: torch.Tensor, into: torch.Tensor, n: int) -> torch.Tensor:
+    rows = torch.nonzero(into >= 0).squeeze(1)
+    return torch.zeros(n, x.shape[1], dtype=torch.float32, device=x.device).index_add_(
+        0, into[rows], x[rows].float())

@@ -68,6 +68,13 @@ class VectorProduct:
             found.append((i + lo).astype(np.int64) * self.rows[1] + j)
         return np.concatenate(found) if found else np.empty(0, np.int64)
 
+    def best(self, k: int) -> np.ndarray:
+        """Each left row's k best-scoring right rows, best first (ties to the earlier right row):
+        [left rows, min(k, right rows)]."""
+        k = min(k, self.rows[1])
+        out = [np.argsort(-scores, axis=1, kind="stable")[:, :k] for _, scores in self._blocks()]
+        return np.concatenate(out) if out else np.empty((0, k), np.int64)
+
     def _edge(self, cut: float) -> int:
         """The first bin at or above `cut` (an edge of the histogram, as cut_for gives)."""
         if cut == math.inf:

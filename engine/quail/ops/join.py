@@ -93,34 +93,43 @@ def run_join(
     retain: Retain | None = None,
     progress: Callable[[int, int], None] | None = None,
     known: list[list[float | None]] | None = None,
+    pairs: list[list[int]] | None = None,
 ) -> tuple[JoinResult, Stats]:
-    """known: per left row, each pair's P(yes) that the answer store holds, or None: a left row with
-    every pair stored is not computed."""
+    """pairs: per left row, the right rows it asks, whose P(yes) its row of the result holds in that
+    order (None: every right row). known: per left row, each asked pair's P(yes) that the answer
+    store holds, or None: a left row with every pair stored is not computed."""
+    rows = pairs if pairs is not None else [list(range(len(partner_docs)))] * len(anchors)
     answered = {i: cast(list[float], row) for i, row in enumerate(known or []) if row and None not in row}
     if answered:
         def rest(todo: list[int]) -> tuple[list[list[float]], Stats]:
             r, stats = run_join(engine, [anchors[i] for i in todo], partner_docs, condition, yes_no, reuse, retain,
-                                progress)
+                                progress, pairs=[rows[i] for i in todo])
             return r.p_yes, stats
 
         p_yes, stats = with_stored(len(anchors), answered, rest, lambda i: [
-            (len(anchors[i]) + len(p) + len(condition), None) for p in partner_docs], progress)
+            (len(anchors[i]) + len(partner_docs[j]) + len(condition), None) for j in rows[i]], progress)
         return JoinResult(p_yes, set(answered)), stats
     partners = [p + condition for p in partner_docs]
     n_doc = [len(p) for p in partner_docs]
-    longest = max((len(p) for p in partners), default=0)
-    fanout = max(1, min(len(partners), engine.plan.max_batch_tokens // max(longest, 1)))
     retain = retain if reuse.retention else None
-    programs = []
     make = _anchored if reuse.rewind else _scratch
-    for anchor in anchors:
+    programs = []
+    for anchor, row in zip(anchors, rows):
+        mine = [partners[j] for j in row]
+        longest = max((len(p) for p in mine), default=0)
+        fanout = max(1, min(len(mine), engine.plan.max_batch_tokens // max(longest, 1)))
         # rewinding, the anchor and the partners' common opening are kept; the pairs fork them
-        head = len(anchor) + (stem(partners) if reuse.rewind else 0)
+        head = len(anchor) + (stem(mine) if reuse.rewind else 0)
         pages = partial(program_pages, engine.cache.pages_for, reuse.rewind, head, longest)  # of n pairs at once
         fan = max(1, min(fanout, (engine.plan.arena_pages - pages(0)) // (pages(1) - pages(0))))  # as the arena holds
-        programs.append(Program(make(engine, anchor, partners, n_doc, yes_no, fan, retain), pages(fan), anchor))
-    probs, stats = engine.run(programs if partners else [], progress, reuse)
-    return JoinResult(probs if partners else [[] for _ in anchors]), stats
+        programs.append(Program(make(engine, anchor, mine, [n_doc[j] for j in row], yes_no, fan, retain), pages(fan),
+                                anchor))
+    asks = [i for i, row in enumerate(rows) if row]
+    probs, stats = engine.run([programs[i] for i in asks], progress, reuse)
+    result = JoinResult([[] for _ in anchors])
+    for i, ps in zip(asks, probs):
+        result.p_yes[i] = ps
+    return result, stats
 
 
 class JoinAnswers(YesNo):
@@ -131,21 +140,26 @@ class JoinAnswers(YesNo):
 
 
 def stored_join(run: Run, anchors: Documents, partners: Documents, condition: list[int], yes_no: YesNoTokens,
-                probes: list[list[int]] | None = None) -> tuple[JoinResult, Stats]:
+                probes: list[list[int]] | None = None,
+                pairs: list[list[int]] | None = None) -> tuple[JoinResult, Stats]:
     """run_join with the answers the store holds, keeping the new ones. `probes`: contextual
-    calibration's content-free documents (ops/calibration.py), paired with every right row after the
-    left rows (keeping nothing); each right row's mean P(yes) over them is divided out of its pairs."""
-    def asked(lefts: list[list[int]], main: bool) -> tuple[JoinResult, Stats]:
-        return with_answers(run.stored, lambda key: keys(key, condition, lefts, partners.tokens, probes is not None),
+    calibration's content-free documents (ops/calibration.py), paired with every right row that a
+    left row asks, after the left rows (keeping nothing); each right row's mean P(yes) over them is
+    divided out of its pairs."""
+    def asked(lefts: list[list[int]], main: bool, rows: list[list[int]] | None) -> tuple[JoinResult, Stats]:
+        return with_answers(run.stored, lambda key: keys(key, condition, lefts, partners.tokens, probes is not None,
+                                                         rows),
                             JoinAnswers(), lambda known: run_join(run.engine, lefts, partners.tokens, condition, yes_no,
                                                                   run.reuse, run.retain if main else None,
-                                                                  run.progress if main else None, known))
+                                                                  run.progress if main else None, known, rows))
 
-    result, stats = asked(anchors.tokens, True)
+    result, stats = asked(anchors.tokens, True, pairs)
     stats.rows_truncated = anchors.truncated + partners.truncated
     if probes is not None:
-        probe, probe_stats = asked(probes, False)
-        bias = column_means(probe.p_yes)
-        result.p_yes = [[yes_given(p, b) for p, b in zip(row, bias)] for row in result.p_yes]
+        rights = list(range(len(partners.tokens))) if pairs is None else sorted({j for row in pairs for j in row})
+        probe, probe_stats = asked(probes, False, None if pairs is None else [rights] * len(probes))
+        bias = dict(zip(rights, column_means(probe.p_yes)))
+        rows = pairs if pairs is not None else [rights] * len(result.p_yes)
+        result.p_yes = [[yes_given(p, bias[j]) for p, j in zip(ps, row)] for ps, row in zip(result.p_yes, rows)]
         stats.merge(probe_stats)
     return result, stats

@@ -7,6 +7,7 @@ from quail.executor.stats import Stats
 from quail.planner.guarantee import Guarantee
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
+from quail.planner.recall import describe as describe_blocking
 
 if TYPE_CHECKING:
     from quail.executor.memory import ArenaSizing
@@ -78,4 +79,5 @@ def describe_run(name: str, stats: Stats, predicted: Prediction, rows_out: int, 
         + "".join(f"\n  {model}: {m['rows']:,} rows, {m['tokens_computed']:,} tokens computed of "
                   f"{m['tokens_naive']:,}" for model, m in stats.by_model.items())
         + (f"\n  cascade band: {Guarantee.from_dict(stats.guarantee).describe()}" if stats.guarantee else "")
+        + (f"\n  {describe_blocking(stats.blocking)}" if stats.blocking else "")
     )

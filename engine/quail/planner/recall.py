@@ -250,3 +250,20 @@ def certify(product: Product, rows: int, ask: Callable[[np.ndarray], np.ndarray]
             break
         above_pairs *= 2
     return asked.output(), cert
+
+
+def describe(report: dict) -> str:
+    """A blocked join's pairs and recall in one line (Stats.blocking, runtime/blocking.py)."""
+    pairs, asked = report["pairs"], report["asked"]
+    said = f"pairs asked {asked:,} of {pairs:,} ({asked / pairs:.2%})" if pairs else "no pairs"
+    mode = report["mode"]
+    if mode == "certified":
+        said += (f": {report['asked_above']:,} at or above the cut {report['cut']:.4f}, {report['sampled_below']:,} "
+                 f"sampled below it; recall >= {report['recall_lower']:.3f} certified (target "
+                 f"{report['target']:g}, delta {report['delta']:g})")
+    elif mode == "candidates":
+        low, _ = report["recall_interval"]
+        said += (f": each left row's {report['candidates']} best, and {report['sampled_below']:,} others sampled; "
+                 f"recall estimated {report['recall_estimate']:.3f}, at least {low:.3f} with probability "
+                 f"{1 - report['delta']:g} (an estimate, not a target)")
+    return said + (f"; {report['why']}" if report.get("why") else "")

@@ -25,7 +25,12 @@ class JoinRuntime(KindRuntime):
                 retain: "Retain | None", truncate: bool,
                 progress: Callable[[int, int], None] | None) -> tuple[pa.Table, "Stats"]:
         (ltexts, lrows), (rtexts, rrows) = inputs
-        if spec.cascade is None:
+        asked: list[list[int]] | None = None  # per left row, the right rows asked (None: every one)
+        if spec.recall_target is not None or spec.candidates is not None:
+            from quail.runtime.blocking import blocked_join
+
+            r, asked, stats = blocked_join(session, spec, ltexts, rtexts, reuse, retain, truncate, lrows, rrows)
+        elif spec.cascade is None:
             r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows,
                                     rrows, spec.calibration, partner(spec))
         else:
@@ -36,7 +41,7 @@ class JoinRuntime(KindRuntime):
                                                spec.calibration, partner(spec))
         pairs: list[tuple[int, int, float, int | None]] = [
             (i, j, p, rank) for i, ps in enumerate(r.p_yes)
-            for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k), 1)]
+            for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k, asked[i] if asked else None), 1)]
         columns = {}
         if spec.cascade is not None:  # the pairs the larger model answered that did not match, unranked: for review
             matched = {(i, j) for i, j, _, _ in pairs}
@@ -76,8 +81,11 @@ class JoinRuntime(KindRuntime):
         return pa.table(columns)
 
 
-def ranked(p_yes: list[float], threshold: float, top_k: int | None) -> list[tuple[int, float]]:
+def ranked(p_yes: list[float], threshold: float, top_k: int | None,
+           right: list[int] | None = None) -> list[tuple[int, float]]:
     """One left row's right rows (index, P(yes)) at or above the threshold, best first, ties in
-    right row order; the first `top_k` of them if given."""
-    kept = sorted(((j, p) for j, p in enumerate(p_yes) if p >= threshold), key=lambda jp: (-jp[1], jp[0]))
+    right row order; the first `top_k` of them if given. `right`: the right rows `p_yes` answers
+    (None: every one, in order)."""
+    kept = sorted(((j, p) for j, p in zip(right or range(len(p_yes)), p_yes) if p >= threshold),
+                  key=lambda jp: (-jp[1], jp[0]))
     return kept[:top_k] if top_k is not None else kept

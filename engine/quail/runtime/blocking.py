@@ -1,0 +1,142 @@
+"""A join that asks the model about few of its pairs (docs/design.md, "Blocked joins").
+
+Each left and right row is read once for its vector (the model's own hidden states, ops/vectors.py,
+or a sentence-transformers model's, ops/embedding.py); the vectors score every pair, in blocks
+(ops/candidates.py). Then either:
+- a recall target: the pairs above a score cut and a sample below it are asked, and the output is
+  certified to hold at least `recall_target` of the full join with probability 1 - `recall_delta`
+  (planner/recall.py), or every pair is asked where that costs less;
+- candidates: each left row asks its K best-scoring right rows, and a sample of the other pairs
+  estimates the recall, stated as an estimate.
+The output is every asked pair the model matched. The sample is drawn with a seed from the
+tables' content and the condition, so a rerun asks the same pairs (the answer store answers them)."""
+
+import hashlib
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+from quail.executor.stats import Stats
+from quail.kinds.join import partner
+from quail.ops.candidates import VectorProduct
+from quail.ops.join import JoinResult
+from quail.planner.recall import FIRST_CUT, certify, draw_below, predict_asked, upper_bound
+from quail.specs import OperatorSpec
+
+if TYPE_CHECKING:
+    from quail.reuse import Retain, Reuse
+    from quail.session import Session
+
+
+def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right: list[str], reuse: "Reuse",
+                 retain: "Retain | None", truncate: bool, left_rows: list[int],
+                 right_rows: list[int]) -> tuple[JoinResult, list[list[int]], Stats]:
+    """Each left row's P(yes) of the right rows it asked, and which (per left row, in order)."""
+    n, m = len(left), len(right)
+    p_of: dict[int, float] = {}  # pair id (i * m + j) -> P(yes)
+    stats = Stats(pages_total=session.engine.plan.arena_pages)
+
+    def ask(ids: np.ndarray) -> np.ndarray:
+        rows: dict[int, list[int]] = defaultdict(list)
+        for pair in ids.tolist():
+            if pair not in p_of:
+                rows[pair // m].append(pair % m)
+        if rows:
+            result, asked = session.join(left, right, spec.questions[0], reuse, retain, truncate, None, left_rows,
+                                         right_rows, spec.calibration, partner(spec),
+                                         [rows.get(i, []) for i in range(n)])
+            stats.merge(asked)
+            for i, js in rows.items():
+                p_of.update((i * m + j, p) for j, p in zip(js, result.p_yes[i]))
+        return np.array([p_of[pair] >= spec.threshold for pair in ids.tolist()], bool)
+
+    if n and m:
+        product, vector_stats = _product(session, spec, left, right, reuse, retain, truncate, left_rows, right_rows)
+        stats.merge(vector_stats)
+        seed = _seed(spec, left, right)
+        if spec.recall_target is not None:
+            report = _certified(product, ask, spec.recall_target, spec.recall_delta, max(n, m), seed)
+        else:
+            report = _candidates(product, ask, spec.candidates or 1, spec.recall_delta, max(n, m), seed)
+    else:
+        report = {"mode": "empty", "pairs": 0, "asked": 0, "recall_lower": 1.0,
+                  "why": "a side has no rows: the join is empty, and its recall 1"}
+    stats.blocking = report | {"embedding": spec.embedding or "the model's own hidden states",
+                               "matched": sum(p >= spec.threshold for p in p_of.values())}
+    result, pairs = JoinResult([[] for _ in range(n)]), [cast(list[int], []) for _ in range(n)]
+    for pair in sorted(p_of):
+        i, j = divmod(pair, m)
+        pairs[i].append(j)
+        result.p_yes[i].append(p_of[pair])
+    return result, pairs, stats
+
+
+def _product(session: "Session", spec: OperatorSpec, left: list[str], right: list[str], reuse: "Reuse",
+             retain: "Retain | None", truncate: bool, left_rows: list[int],
+             right_rows: list[int]) -> tuple[VectorProduct, Stats]:
+    """The product scored by the rows' vectors, centred on their mean (a model's hidden states share
+    a large common part that would otherwise dominate every cosine)."""
+    stats = Stats()
+    if spec.embedding is not None:
+        from quail.ops.embedding import embedding_model
+
+        vectors = embedding_model(spec.embedding).encode(left + right)
+    else:
+        lv, stats = session.vectors(left, reuse, retain, truncate, left_rows)  # kept for the join's anchors
+        rv, right_stats = session.vectors(right, reuse, None, truncate, right_rows)
+        vectors = np.concatenate([lv, rv])
+        stats.merge(right_stats)
+    vectors = vectors - vectors.mean(0)
+    return VectorProduct(vectors[: len(left)], vectors[len(left):]), stats
+
+
+def _seed(spec: OperatorSpec, left: list[str], right: list[str]) -> int:
+    h = hashlib.sha256(spec.questions[0].encode())
+    for side in (left, right):
+        h.update(len(side).to_bytes(8, "little"))
+        for text in side:
+            h.update(hashlib.sha256(text.encode()).digest())
+    return int.from_bytes(h.digest()[:8], "little")
+
+
+def _certified(product: VectorProduct, ask: Callable[[np.ndarray], np.ndarray], target: float, delta: float,
+               rows: int, seed: int) -> dict:
+    predicted = predict_asked(product.size, rows, rows, target, delta)
+    if target < 1.0 and predicted >= product.size / 2:
+        ask(product.between(math.inf, -math.inf))
+        return {"mode": "every pair", "pairs": product.size, "asked": product.size, "recall_lower": 1.0,
+                "target": target, "delta": delta, "predicted_asked": predicted,
+                "why": f"certifying would ask about {predicted:,} of the {product.size:,} pairs: asking every "
+                       f"pair costs about as much and leaves nothing uncertain"}
+    _, cert = certify(product, rows, ask, target, delta, seed)
+    report = cert.to_dict() | {"mode": "certified", "predicted_asked": predicted}
+    if target >= 1.0:
+        report["why"] = "a recall target of 1 is certified only by asking every pair"
+    elif cert.matched_above + cert.found_below == 0:
+        report["why"] = "no asked pair matched"
+    return report
+
+
+def _candidates(product: VectorProduct, ask: Callable[[np.ndarray], np.ndarray], k: int, delta: float, rows: int,
+                seed: int) -> dict:
+    """Each left row's k best right rows, and a uniform sample of the other pairs (as many as
+    FIRST_CUT pairs a row) that estimates the matches they hold."""
+    right = product.rows[1]
+    best = product.best(k)
+    chosen = np.sort((np.arange(len(best))[:, None] * right + best).ravel())
+    matched = int(ask(chosen).sum())
+    others = product.size - len(chosen)
+    n = min(others, math.ceil(FIRST_CUT * rows))
+    sample = draw_below(product.size, lambda ids: ~np.isin(ids, chosen), n, np.random.default_rng(seed),
+                        np.empty(0, np.int64)) if n else np.empty(0, np.int64)
+    found = int(ask(sample).sum()) if len(sample) else 0
+    estimate = found * others / n if n else 0.0
+    bound = upper_bound(others, len(sample), found, delta)
+    total = matched + found
+    return {"mode": "candidates", "candidates": k, "pairs": product.size, "asked": len(chosen) + len(sample),
+            "asked_above": len(chosen), "sampled_below": len(sample), "matched_above": matched, "found_below": found,
+            "recall_estimate": total / (matched + max(estimate, found)) if total else 1.0,
+            "recall_interval": [total / (matched + bound) if matched + bound else 1.0, 1.0], "delta": delta}

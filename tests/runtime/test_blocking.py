@@ -1,0 +1,101 @@
+"""runtime/blocking.py through `quail join`: a blocked join asks the pairs its mode says, each
+asked pair's P(yes) is the full join's, its accounting holds, and its refusals come before any
+model loads."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quail.cli.main import main
+
+LEFT = ["anna smith; 3 high street, leeds; born 19610301", "bob jones; 12 park road, york; born 19750612",
+        "carla diaz; 7 mill lane, bath; born 19880101", "dev patel; 40 the green, ely; born 19920815",
+        "emma brown; 1 church walk, hull; born 19550402", "femi ade; 9 station road, derby; born 19790909"]
+RIGHT = ["smith anna; 3 high st, leeds; born 19610301", "bob jone; 12 park rd, york; born 19750612",
+         "carla dias; 7 mill lane, bath; born 19880101", "d patel; 40 green, ely; born 19920815",
+         "emma browne; church walk, hull; born 19550402"]
+CONDITION = "The two records describe the same person."
+
+
+@pytest.fixture
+def tables(tmp_path):
+    left, right = tmp_path / "left.parquet", tmp_path / "right.parquet"
+    pq.write_table(pa.table({"person": LEFT}), left)
+    pq.write_table(pa.table({"person": RIGHT}), right)
+    return left, right
+
+
+def join(tmp_path, tables, name, *extra):
+    out, stats = tmp_path / f"{name}.parquet", tmp_path / f"{name}.json"
+    with pytest.raises(SystemExit) as e:
+        main(["join", str(tables[0]), str(tables[1]), "--left-column", "person", "--right-column", "person",
+              "--condition", CONDITION, "--threshold", "0.3", "--model", "smollm2-135m", "--dtype", "float32",
+              "--output", str(out), "--stats", str(stats), *map(str, extra)])
+    assert e.value.code == 0
+    return pq.read_table(out), json.loads(stats.read_text())
+
+
+def _pairs(t):
+    return {(lp, rp): p for lp, rp, p in zip(t.column("left_person").to_pylist(), t.column("right_person").to_pylist(),
+                                             t.column("p_yes").to_pylist())}
+
+
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_candidates_ask_each_left_rows_best_and_a_sample_and_answer_as_the_full_join(tmp_path, tables):
+    full, _ = join(tmp_path, tables, "full", "--no-answer-store")
+    blocked, stats = join(tmp_path, tables, "blocked", "--candidates", "2", "--no-answer-store")
+    b = stats["blocking"]
+    assert b["mode"] == "candidates" and b["pairs"] == 30
+    assert b["asked_above"] == 2 * len(LEFT)
+    assert b["sampled_below"] == min(30 - 12, 2 * len(LEFT))
+    assert b["asked"] == b["asked_above"] + b["sampled_below"] <= 30
+    low, high = b["recall_interval"]
+    assert 0 <= low <= b["recall_estimate"] <= high == 1.0
+    full_pairs, blocked_pairs = _pairs(full), _pairs(blocked)
+    assert set(blocked_pairs) <= set(full_pairs)  # every pair it matched, the full join matched
+    for pair, p in blocked_pairs.items():
+        assert p == pytest.approx(full_pairs[pair], abs=1e-4)
+    assert stats["tokens_computed"] + sum(stats["tokens_reused"].values()) == stats["tokens_naive"]
+
+
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
+@pytest.mark.parametrize("target", ["1.0", "0.9"])
+def test_a_target_that_certifying_cannot_beat_asks_every_pair_and_says_so(tmp_path, tables, target):
+    full, _ = join(tmp_path, tables, "full", "--no-answer-store")
+    blocked, stats = join(tmp_path, tables, "blocked", "--recall-target", target, "--no-answer-store")
+    b = stats["blocking"]
+    assert b["asked"] == b["pairs"] == 30 and b["recall_lower"] == 1.0 and b["why"]
+    assert _pairs(blocked).keys() == _pairs(full).keys()
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--recall-target", "0"], "recall_target must be in (0, 1]"),
+    (["--recall-target", "1.5"], "recall_target must be in (0, 1]"),
+    (["--recall-target", "nan"], "recall_target must be in (0, 1]"),
+    (["--recall-target", "0.9", "--recall-delta", "1"], "recall_delta must be in (0, 1)"),
+    (["--recall-target", "0.9", "--candidates", "3"], "give one"),
+    (["--recall-target", "0.9", "--top-k", "2"], "top_k"),
+    (["--candidates", "0"], "candidates must be at least 1"),
+    (["--embedding", "all-MiniLM-L6-v2"], "give recall_target or candidates too"),
+])
+def test_bad_blocking_settings_are_refused_before_any_model_loads(tmp_path, tables, capsys, monkeypatch, extra,
+                                                                   match):
+    monkeypatch.setattr("quail.session.load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    out = tmp_path / "o.parquet"
+    with pytest.raises(SystemExit) as e:
+        main(["join", str(tables[0]), str(tables[1]), "--left-column", "person", "--right-column", "person",
+              "--condition", CONDITION, "--model", "smollm2-135m", "--output", str(out), *extra])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "quail: error:" in err and match in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_recall_flags_belong_to_the_join(tmp_path, tables, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["filter", str(tables[0]), "--text-column", "person", "--predicate", "Born before 1970?",
+              "--recall-target", "0.9", "--output", str(tmp_path / "o.parquet")])
+    assert e.value.code == 2 and "--recall-target" in capsys.readouterr().err

@@ -93,6 +93,14 @@ class LLMJoinOperator(BaseLLMOperator):
         pair gets its `rank` within its left row
     :param cascade: as BaseLLMOperator's, on each pair's P(yes); its target is precision, recall or
         accuracy, over pairs
+    :param recall_target: ask the model about few pairs, chosen by the rows' vectors, and certify that
+        the output holds at least this share of the pairs it would match if asked about every pair
+        (docs/design.md, "Blocked joins"); the task log says the pairs asked and the bound
+    :param recall_delta: the certificate holds with probability at least 1 - recall_delta
+    :param candidates: ask about each left row's K best-scoring right rows only; the recall is
+        estimated from a sample, not certified
+    :param embedding: score pairs with this sentence-transformers model (a folder, or
+        all-MiniLM-L6-v2 when installed) instead of the model's own hidden states
     """
 
     template_fields: Sequence[str] = ("left", "right", "target", "condition", "review_output", "quail_plan")
@@ -101,16 +109,21 @@ class LLMJoinOperator(BaseLLMOperator):
     input_fields = (("left", "left_column"), ("right", "right_column"))
 
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
-                 right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None, **kwargs: Any):
+                 right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None,
+                 recall_target: float | None = None, recall_delta: float = 0.05, candidates: int | None = None,
+                 embedding: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.left, self.right, self.left_column, self.right_column = left, right, left_column, right_column
         self.condition, self.right_name, self.threshold, self.top_k = condition, right_name, threshold, top_k
+        self.recall_target, self.recall_delta, self.candidates = recall_target, recall_delta, candidates
+        self.embedding = embedding
         self._declare_assets(kwargs)
 
     def settings_body(self) -> dict:
         return {"left": self.left, "right": self.right, "left_column": self.left_column,
                 "right_column": self.right_column, "condition": self.condition, "right_name": self.right_name,
-                "threshold": self.threshold, "top_k": self.top_k}
+                "threshold": self.threshold, "top_k": self.top_k, "recall_target": self.recall_target,
+                "recall_delta": self.recall_delta, "candidates": self.candidates, "embedding": self.embedding}
 
 
 class LLMExtractOperator(BaseLLMOperator):

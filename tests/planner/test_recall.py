@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from quail.planner.recall import ScoredProduct, certify, predict_asked, tail, upper_bound
+from quail.planner.recall import ScoredProduct, certify, combined, predict_asked, tail, upper_bound, window_delta
 
 
 def world(rows: int, seed: int, hard: float = 0.05, mu: float = 6.0, gap: float = 1.5):
@@ -91,3 +91,21 @@ def test_a_run_and_its_retry_ask_the_same_pairs():
         certify(product, 80, lambda ids: (seen.append(ids.copy()), truth[ids])[1], 0.9, 0.05, 11)
         asked.append(np.concatenate(seen))
     assert np.array_equal(asked[0], asked[1])
+
+
+def test_the_windows_levels_sum_to_delta_and_one_window_takes_it_whole():
+    assert window_delta(0.05, 0, last=True) == 0.05
+    levels = [window_delta(0.05, k, last=False) for k in range(10_000)]
+    assert sum(levels) <= 0.05 and levels == sorted(levels, reverse=True)
+
+
+def test_two_windows_certificates_combine_into_one_over_both():
+    a = {"mode": "certified", "pairs": 100, "asked": 10, "asked_above": 8, "sampled_below": 2, "matched_above": 9,
+         "found_below": 1, "bound_below": 2, "below": 92, "matched": 10, "delta": 0.03, "recall_lower": 10 / 11}
+    b = a | {"matched_above": 4, "found_below": 0, "bound_below": 1, "matched": 4, "delta": 0.01, "recall_lower": 0.8}
+    both = combined(a, b)
+    assert both["pairs"] == 200 and both["asked"] == 20 and both["delta"] == pytest.approx(0.04)
+    assert both["recall_lower"] == pytest.approx(14 / 16)  # (9 + 1 + 4) / (9 + 4 + 2 + 1)
+    assert min(a["recall_lower"], b["recall_lower"]) <= both["recall_lower"] <= max(a["recall_lower"],
+                                                                                    b["recall_lower"])
+    assert combined(None, b) is b and combined(a, None) is a

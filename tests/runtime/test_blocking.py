@@ -99,3 +99,16 @@ def test_recall_flags_belong_to_the_join(tmp_path, tables, capsys):
         main(["filter", str(tables[0]), "--text-column", "person", "--predicate", "Born before 1970?",
               "--recall-target", "0.9", "--output", str(tmp_path / "o.parquet")])
     assert e.value.code == 2 and "--recall-target" in capsys.readouterr().err
+
+
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_windows_each_block_their_part_and_their_reports_add_up(tmp_path, tables):
+    whole, one = join(tmp_path, tables, "whole", "--candidates", "2", "--no-answer-store")
+    parts, several = join(tmp_path, tables, "parts", "--candidates", "2", "--no-answer-store", "--window-rows", "4")
+    b = several["blocking"]
+    assert b["pairs"] == one["blocking"]["pairs"] == 30
+    assert b["asked_above"] == 2 * len(LEFT)  # each left row's two best, whichever window it is in
+    assert b["delta"] <= 0.05 and one["blocking"]["delta"] == 0.05
+    for pair, p in _pairs(parts).items():  # a pair asked in both runs has one answer
+        assert p == pytest.approx(_pairs(whole).get(pair, p), abs=1e-4)

@@ -4,6 +4,7 @@ from dataclasses import asdict, dataclass, field
 from typing import overload
 
 from quail.constants import MECHANISMS, mechanisms_of
+from quail.planner.recall import combined
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Stats:
             self.tokens_reused[mech] += other.tokens_reused[mech]
         self.pages_peak = max(self.pages_peak, other.pages_peak)
         self.guarantee = self.guarantee or other.guarantee
-        self.blocking = self.blocking or other.blocking
+        self.blocking = combined(self.blocking, other.blocking)
         for name, s in other.steps.items():
             mine = self.steps.setdefault(name, StepStats())
             mine.tokens_computed += s.tokens_computed

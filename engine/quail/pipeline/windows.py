@@ -15,6 +15,7 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.pipeline.tables import text_column
 from quail.planner.predict import Prediction
+from quail.planner.recall import window_delta
 from quail.runtime import runtime_of
 from quail.specs import OperatorSpec
 
@@ -94,6 +95,8 @@ class Windowed:
         """The next window, whose rows start at `offset` of the input (by default, after the last)."""
         offset = self.next_row if offset is None else offset
         window_spec = self.spec if self.spec.limit is None else replace(self.spec, limit=self.spec.limit - self.counted)
+        if window_spec.recall_target is not None or window_spec.candidates is not None:
+            window_spec = replace(window_spec, recall_delta=window_delta(self.spec.recall_delta, self.made, last))
         inputs = [text_column(table, self.spec.columns[0], self.source, self.on_null, offset)] + self.fixed
         self.made += 1
         return Window(self.made - 1, offset, last, window_spec, [table] + [t for t, _ in self.others], inputs)

@@ -267,3 +267,29 @@ def describe(report: dict) -> str:
                  f"recall estimated {report['recall_estimate']:.3f}, at least {low:.3f} with probability "
                  f"{1 - report['delta']:g} (an estimate, not a target)")
     return said + (f"; {report['why']}" if report.get("why") else "")
+
+
+def window_delta(delta: float, k: int, last: bool) -> float:
+    """The level of window k's certificate (from 0): a table of one window takes delta whole, and
+    the windows of a longer one take shares that sum to delta, so that every window's certificate
+    holds at once with probability 1 - delta, and with them the whole join's."""
+    return delta if k == 0 and last else try_delta(delta, k + 1)
+
+
+SUMMED = ("pairs", "asked", "asked_above", "sampled_below", "matched_above", "found_below", "bound_below", "below",
+          "matched", "delta")
+
+
+def combined(a: dict | None, b: dict | None) -> dict | None:
+    """Two windows' reports as one: pairs and matches add up; the recall bound over both holds when
+    both windows' do (so at the sum of their levels), and a window's mode where they differ."""
+    if a is None or b is None:
+        return a or b
+    out = a | {k: a.get(k, 0) + b.get(k, 0) for k in SUMMED if k in a or k in b}
+    if a.get("mode") == b.get("mode") == "certified":
+        found = out["matched_above"] + out["found_below"]
+        out["recall_lower"] = found / (out["matched_above"] + out["bound_below"]) if found else 1.0
+        out.pop("tries", None)
+    else:
+        out["recall_lower"] = min(a.get("recall_lower", 1.0), b.get("recall_lower", 1.0))
+    return out

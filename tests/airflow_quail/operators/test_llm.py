@@ -323,3 +323,21 @@ def test_a_remote_worker_that_never_comes_back_fails_the_try_after_the_bound(tmp
         {"conn_type": "quail", "host": "127.0.0.1", "extra": {"worker_lost_timeout": "soon"}}))
     with pytest.raises(AirflowException, match="the extra 'worker_lost_timeout' must be a number of seconds"):
         op.execute(_context(1))
+
+
+def test_a_join_s_recall_settings_are_checked_before_any_work(local_default, tmp_path):
+    import pytest
+    from airflow.exceptions import AirflowException
+
+    def join(**kwargs):
+        return LLMJoinOperator(task_id="pairs", left=NEWS, right=NEWS, left_column="text", right_column="text",
+                               condition="Both are about sport.", target=str(tmp_path / "o.parquet"), **kwargs)
+
+    assert join(recall_target=0.9, recall_delta=0.1).spec().recall_delta == 0.1
+    assert join(candidates=3, embedding="all-MiniLM-L6-v2").spec().candidates == 3
+    for kwargs, match in (({"recall_target": 1.5}, "recall_target must be in"),
+                          ({"recall_target": 0.9, "recall_delta": 0.0}, "recall_delta must be in"),
+                          ({"recall_target": 0.9, "candidates": 2}, "recall_target and candidates")):
+        with pytest.raises(AirflowException, match=f"task 'pairs': {match}"):
+            join(**kwargs).execute(_context(1))
+    assert not local_default.exists() and not (tmp_path / "o.parquet").exists()

@@ -29,6 +29,7 @@ class OperatorTokens:
     partners: list[int] = field(default_factory=list)  # join: token count of each right row
     stem: int = 0  # opening tokens that every question (or partner) shares: chain mode computes them once
     written: int = 0  # an extract's or a map's: the most tokens it writes after its prompt
+    asked: float = 1.0  # a join's: the share of its pairs it is expected to ask (a blocked join's: planner/recall.py)
 
 
 class Layout(Protocol):

@@ -3,6 +3,7 @@ row's KV and rewinds past each right row); with top_k, each left row's K best ri
 pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 
 import argparse
+import math
 from typing import ClassVar, cast
 
 from quail.kinds.base import Key, Layout, OperatorKind, OperatorTokens, calibration_word
@@ -19,6 +20,7 @@ from quail.kinds.settings import (
     cascade_from_args,
 )
 from quail.kinds.words import ANCHOR, partner_name
+from quail.planner.recall import FIRST_CUT, predict_blocked
 from quail.prefix_tree import stem
 from quail.specs import METRICS, OperatorSpec
 
@@ -104,6 +106,18 @@ class JoinSettings(Settings):
                              f"otherwise (\"second document\")")
 
 
+def asked_share(spec: OperatorSpec, left: int, right: int) -> float:
+    """The share of the product a join is expected to ask before any pair is: every pair, or a
+    blocked join's (a recall target's as planner/recall.py predicts it; candidates and their sample)."""
+    pairs, rows = left * right, max(left, right)
+    if not pairs or (spec.recall_target is None and spec.candidates is None):
+        return 1.0
+    if spec.candidates is not None:
+        chosen = left * min(spec.candidates, right)
+        return (chosen + min(pairs - chosen, math.ceil(FIRST_CUT * rows))) / pairs
+    return predict_blocked(pairs, rows, spec.recall_target or 1.0, spec.recall_delta) / pairs
+
+
 def check_blocking(target: float | None, delta: float, candidates: int | None, embedding: str | None,
                    top_k: int | None, cascade: bool) -> None:
     """A blocked join's settings: a recall target certified at a level, or each left row's best
@@ -174,11 +188,11 @@ class Join(OperatorKind):
         condition = render(layout, spec.questions[0], name)
         rendered = [p + condition for p in layout.partners(partners, name)]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
-                              stem=stem(rendered))
+                              stem=stem(rendered), asked=asked_share(spec, len(docs), len(partners)))
 
     def document_room(self, t: OperatorTokens, context: int) -> int:
         return pair_room(context, t.questions[0])
 
     def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
-        return [(1.0, n_partner + t.questions[0]) for n_partner in t.partners], t.stem
+        return [(t.asked, n_partner + t.questions[0]) for n_partner in t.partners], t.stem
 

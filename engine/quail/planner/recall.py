@@ -146,6 +146,14 @@ def predict_asked(pairs: int, rows: int, matches: float, target: float, delta: f
     return min(pairs, above + sample_size(pairs - above, matches / target - matches, 0, try_delta(delta, 1)))
 
 
+def predict_blocked(pairs: int, rows: int, target: float, delta: float) -> int:
+    """The pairs a recall target is predicted to ask (one match a row assumed): predict_asked's, or
+    every pair where that would be half of them or more, which certifying cannot beat by enough to
+    be worth its uncertainty."""
+    predicted = predict_asked(pairs, rows, rows, target, delta)
+    return pairs if predicted >= pairs / 2 else predicted
+
+
 class ScoredProduct:
     """A product whose every pair's score is in memory (float32, 4 bytes a pair): a small join's, or
     a simulation's."""

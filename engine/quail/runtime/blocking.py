@@ -23,7 +23,7 @@ from quail.executor.stats import Stats
 from quail.kinds.join import partner
 from quail.ops.candidates import VectorProduct
 from quail.ops.join import JoinResult
-from quail.planner.recall import FIRST_CUT, certify, draw_below, predict_asked, upper_bound
+from quail.planner.recall import FIRST_CUT, certify, draw_below, predict_blocked, upper_bound
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
@@ -104,18 +104,18 @@ def _seed(spec: OperatorSpec, left: list[str], right: list[str]) -> int:
 
 def _certified(product: VectorProduct, ask: Callable[[np.ndarray], np.ndarray], target: float, delta: float,
                rows: int, seed: int) -> dict:
-    predicted = predict_asked(product.size, rows, rows, target, delta)
-    if target < 1.0 and predicted >= product.size / 2:
-        ask(product.between(math.inf, -math.inf))
-        return {"mode": "every pair", "pairs": product.size, "asked": product.size, "recall_lower": 1.0,
-                "target": target, "delta": delta, "predicted_asked": predicted,
-                "why": f"certifying would ask about {predicted:,} of the {product.size:,} pairs: asking every "
-                       f"pair costs about as much and leaves nothing uncertain"}
+    if predict_blocked(product.size, rows, target, delta) == product.size:
+        matched = int(ask(product.between(math.inf, -math.inf)).sum())
+        why = "a recall target of 1 is met only by asking every pair" if target >= 1.0 else \
+            "certifying would ask about half the pairs or more: every pair costs about as much and leaves nothing " \
+            "uncertain"
+        return {"mode": "every pair", "pairs": product.size, "asked": product.size, "matched_above": matched,
+                "recall_lower": 1.0, "target": target, "delta": delta,
+                "why": why + ("; no pair matched, so the recall is 1 by definition" if not matched else "")}
     _, cert = certify(product, rows, ask, target, delta, seed)
-    report = cert.to_dict() | {"mode": "certified", "predicted_asked": predicted}
-    if target >= 1.0:
-        report["why"] = "a recall target of 1 is certified only by asking every pair"
-    elif cert.matched_above + cert.found_below == 0:
+    report = cert.to_dict() | {"mode": "certified", "predicted_asked": predict_blocked(product.size, rows, target,
+                                                                                        delta)}
+    if cert.matched_above + cert.found_below == 0:
         report["why"] = "no asked pair matched"
     return report
 

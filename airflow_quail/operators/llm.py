@@ -101,6 +101,8 @@ class LLMJoinOperator(BaseLLMOperator):
         estimated from a sample, not certified
     :param embedding: score pairs with this sentence-transformers model (a folder, or
         all-MiniLM-L6-v2 when installed) instead of the model's own hidden states
+    :param condition_first: ask the condition before each right row, so that a left row's pairs
+        share its KV (each pair then costs its right row and the answer cue)
     """
 
     template_fields: Sequence[str] = ("left", "right", "target", "condition", "review_output", "quail_plan")
@@ -111,19 +113,20 @@ class LLMJoinOperator(BaseLLMOperator):
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
                  right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None,
                  recall_target: float | None = None, recall_delta: float = 0.05, candidates: int | None = None,
-                 embedding: str | None = None, **kwargs: Any):
+                 embedding: str | None = None, condition_first: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         self.left, self.right, self.left_column, self.right_column = left, right, left_column, right_column
         self.condition, self.right_name, self.threshold, self.top_k = condition, right_name, threshold, top_k
         self.recall_target, self.recall_delta, self.candidates = recall_target, recall_delta, candidates
-        self.embedding = embedding
+        self.embedding, self.condition_first = embedding, condition_first
         self._declare_assets(kwargs)
 
     def settings_body(self) -> dict:
         return {"left": self.left, "right": self.right, "left_column": self.left_column,
                 "right_column": self.right_column, "condition": self.condition, "right_name": self.right_name,
                 "threshold": self.threshold, "top_k": self.top_k, "recall_target": self.recall_target,
-                "recall_delta": self.recall_delta, "candidates": self.candidates, "embedding": self.embedding}
+                "recall_delta": self.recall_delta, "candidates": self.candidates, "embedding": self.embedding,
+                "condition_first": self.condition_first}
 
 
 class LLMExtractOperator(BaseLLMOperator):

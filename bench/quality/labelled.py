@@ -63,7 +63,8 @@ def timed(call):
     return result, {"tokens_computed": stats.tokens_computed, "seconds": round(time.perf_counter() - start, 2)}
 
 
-def measure(session, data: dict, calibration: str, join_on: str, tasks: list[str], descriptions: bool = False) -> dict:
+def measure(session, data: dict, calibration: str, join_on: str, tasks: list[str], descriptions: bool = False,
+            condition_first: bool = False) -> dict:
     out = {}
     if "filter" in tasks:
         rows = data["filter"]
@@ -79,9 +80,11 @@ def measure(session, data: dict, calibration: str, join_on: str, tasks: list[str
         out["classify"] = classify_metrics(c.probabilities, [TOPICS.index(x["topic"]) for x in rows]) | cost
     if "join" in tasks:
         j, cost = timed(lambda: session.join(data["join_left"], data["join_right"], JOIN_CONDITIONS[join_on],
-                                             calibration=calibration, partner=join_on))
+                                             calibration=calibration, partner=join_on,
+                                             condition_first=condition_first))
         p = np.asarray(j.p_yes, float)[:, data["join_truth"]]  # columns in the articles' order: truth on the diagonal
-        out["join"] = join_metrics(p) | {"on": join_on, "right_name": join_on} | cost
+        out["join"] = join_metrics(p) | {"on": join_on, "right_name": join_on,
+                                         "layout": "condition first" if condition_first else "condition last"} | cost
     return out
 
 
@@ -139,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--descriptions", action="store_true",
                     help="the classify's labels with their descriptions (TOPIC_DESCRIPTIONS); results under "
                          "'<calibration> + descriptions'")
+    ap.add_argument("--condition-first", action="store_true",
+                    help="the join's condition before each right row (once per left row); results under "
+                         "'<calibration> + condition first'")
     args = ap.parse_args(argv)
 
     from quail.model.registry import installed
@@ -155,14 +161,16 @@ def main(argv: list[str] | None = None) -> None:
             continue
         session = Session.open(name, "auto", device="cpu")
         for calibration in args.calibration:
-            key = calibration + (" + descriptions" if args.descriptions else "")
+            key = calibration + (" + descriptions" if args.descriptions else "") \
+                + (" + condition first" if args.condition_first else "")
             print(f"{name}, calibration {key}:", flush=True)
             result = doc["runs"].get(name, {}).get(key, {}) | measure(session, data, calibration, args.join_on,
-                                                                       args.tasks, args.descriptions)
+                                                                       args.tasks, args.descriptions,
+                                                                       args.condition_first)
             result["machine"] = machine()
             result["dtype"] = str(session.engine.model.dtype)
             for task in args.tasks:
                 print(f"  {task}: " + ", ".join(f"{k} {fmt(v)}" for k, v in result[task].items()
-                                                 if k not in ("on", "right_name", "question", "confusion")), flush=True)
+                                                 if k not in ("on", "right_name", "question", "confusion", "layout")), flush=True)
             doc["runs"].setdefault(name, {})[key] = clean(result)
             write_json(args, doc, stem, markdown(doc))  # after every run: a long one keeps what it has

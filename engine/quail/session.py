@@ -150,11 +150,11 @@ class Session:
              retain: bool | Retain | None = None, truncate: bool = False,
              progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
              right_rows: list[int] | None = None, calibration: str = "auto", partner: str = SECOND,
-             pairs: list[list[int]] | None = None) -> tuple[JoinResult, Stats]:
+             pairs: list[list[int]] | None = None, condition_first: bool = False) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows.
         pairs: per left row, the right rows asked (its row of P(yes) in that order); None: every one."""
-        cond = render_join(self.layout, condition, partner)
+        cond = render_join(self.layout, condition, partner, condition_first)
         other = self.context - pair_room(self.context, len(cond))  # what follows one document of a pair at most
         partners = fit(right, lambda texts: self.layout.partners(texts, partner), self.context, other, truncate,
                        right_rows, "right row")

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from quail.executor.engine import Engine, PhysicalSettings
-from quail.reuse import Reuse
-from quail.reuse import Retain
 from quail.executor.program import Extend, Program
 from quail.executor.sequence import Seq
+from quail.kinds.join import PairQuestion
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
 from quail.ops.prompts import YesNoTokens
+from quail.reuse import Retain, Reuse
 
 ANSWERS = YesNoTokens(yes=[5, 6], no=[7, 8])
 LABELS = [[20], [20, 21], [30, 31]]
@@ -59,7 +59,7 @@ def test_jobs_share_passes_and_answer_as_if_alone(tiny_llama):
     alone = _engine(tiny_llama)
     f_ref, f_stats = run_filter(alone, docs, [[11, 12], [13]], ANSWERS, threshold=0.0)
     c_ref, c_stats = run_classify(alone, others, [9, 10], LABELS)
-    j_ref, j_stats = run_join(alone, others[:4], partners, [14, 15], ANSWERS)
+    j_ref, j_stats = run_join(alone, others[:4], partners, PairQuestion([], [14, 15]), ANSWERS)
 
     engine = _engine(tiny_llama)
     results, errors = _together(
@@ -67,7 +67,7 @@ def test_jobs_share_passes_and_answer_as_if_alone(tiny_llama):
         ("filter", lambda progress: run_filter(engine, docs, [[11, 12], [13]], ANSWERS, threshold=0.0,
                                                progress=progress)),
         ("classify", lambda: run_classify(engine, others, [9, 10], LABELS)),
-        ("join", lambda: run_join(engine, others[:4], partners, [14, 15], ANSWERS)),
+        ("join", lambda: run_join(engine, others[:4], partners, PairQuestion([], [14, 15]), ANSWERS)),
     )
     assert not errors
     (f, fs), (c, cs), (j, js) = results["filter"], results["classify"], results["join"]

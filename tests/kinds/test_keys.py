@@ -22,8 +22,10 @@ def test_each_kind_names_what_it_names_in_its_keys():
     assert filter.keys(asked, [[9]], DOCS[:1], True) == [[("filter\x1fcontextual\x1f[9]", DOCS[0])]]
     assert classify.keys(asked, [9, 10], [[20], [21, 22]], DOCS, False) == [
         [("classify\x1fnone\x1f[9, 10]\x1f[[20], [21, 22]]", d)] for d in DOCS]
-    assert join.keys(asked, [14, 15], DOCS, [[7], [8, 9]], True) == [
+    assert join.keys(asked, join.PairQuestion([], [14, 15]), DOCS, [[7], [8, 9]], True) == [
         [("join\x1fcontextual\x1f[14, 15]", a + [-1] + p) for p in ([7], [8, 9])] for a in DOCS]
+    assert join.keys(asked, join.PairQuestion([3], [14]), DOCS, [[7]], True, [[0], []]) == [
+        [("join\x1fcontextual\x1f[3]\x1f[14]", DOCS[0] + [-1, 7])], []]  # the layouts' keys differ
     assert extract.asked([30, 31], FIELDS, 64) == (
         'extract\x1f[30, 31]\x1f{"additionalProperties": false, "properties": {"mood": {"anyOf": [{"enum": '
         '["up", "down"], "type": "string"}, {"type": "null"}]}, "name": {"anyOf": [{"type": "string"}, {"type": '
@@ -60,7 +62,7 @@ def test_the_digests_are_those_answers_were_stored_under():
         ["b13d514da24e6c365692b4cea3bda08f1da123d4f49cf97cf1c2d2f900600c5b"]]
     assert hexes(classify.keys(key, [9, 10], [[20], [20, 21]], DOCS[:1], True)) == [
         ["9a8f197981979c719a73ff1ff70306b2e93c0a13aa510192530a17a5dbd23bd5"]]
-    assert hexes(join.keys(key, [14, 15], DOCS, [[7], [8, 9]], False)) == [
+    assert hexes(join.keys(key, join.PairQuestion([], [14, 15]), DOCS, [[7], [8, 9]], False)) == [
         ["9c30e2ceb798d3be9c020bb77a73a75f1e28f07fe8105d154f72cced1797e2e7",
          "f6e51df43218551d8fe41d979432c783ee45100610f23e3d3e5e3da95a96ad9f"],
         ["1b607fc9f6ca548b3c18aa65563742c7e2c667a0ad3c8617b4cfd9fb19d3dea0",

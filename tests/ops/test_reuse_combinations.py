@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from quail.executor.engine import Engine, PhysicalSettings
+from quail.kinds.join import PairQuestion
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
@@ -46,11 +47,11 @@ def _pipeline(engine: Engine, reuse: Reuse, threshold: float):
     c, s = run_classify(engine, kept, [12, 13], LABELS, reuse=reuse, retain=retain("join_b", "join_c"))
     stats.append(s)
     pool.consumed("classify")
-    jb, s = run_join(engine, kept, right_b, [14, 15], ANSWERS, reuse=reuse, retain=retain("join_c"))
+    jb, s = run_join(engine, kept, right_b, PairQuestion([], [14, 15]), ANSWERS, reuse=reuse, retain=retain("join_c"))
     stats.append(s)
     pool.consumed("join_b")
     retained_before_last = pool.pages
-    jc, s = run_join(engine, kept, right_c, [16], ANSWERS, reuse=reuse)
+    jc, s = run_join(engine, kept, right_c, PairQuestion([], [16]), ANSWERS, reuse=reuse)
     stats.append(s)
     pool.consumed("join_c")
     return (f, c, jb, jc), stats, retained_before_last

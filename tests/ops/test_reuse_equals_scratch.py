@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from quail.executor.engine import Engine, PhysicalSettings
+from quail.kinds.join import PairQuestion
 from quail.ops.classify import run_classify
 from quail.ops.filter import run_filter
 from quail.ops.join import run_join
@@ -49,15 +50,16 @@ def test_classify_teacher_forcing_with_shared_first_tokens(engine):
     assert np.allclose(np.sum(a.probabilities, axis=1), 1.0)
 
 
-def test_join_rewinds_the_anchor_for_each_partner(engine):
+@pytest.mark.parametrize("lead", [[], [20, 21, 22, 23]])  # the condition after each partner, or before it
+def test_join_rewinds_the_anchor_for_each_partner(engine, lead):
     anchors, partners = _docs(5, 10, 50, seed=4), _docs(7, 3, 30, seed=5)
-    condition = [12, 13, 14]
+    condition = PairQuestion(lead, [12, 13, 14])
     a, s1 = run_join(engine, anchors, partners, condition, ANSWERS)
     b, s2 = run_join(engine, anchors, partners, condition, ANSWERS, reuse=NONE)
     np.testing.assert_allclose(a.p_yes, b.p_yes, atol=1e-5)
     _accounted(s1)
     assert s1.tokens_naive == s2.tokens_computed
-    assert s1.tokens_reused["rewind"] == sum(len(x) for x in anchors) * (len(partners) - 1)
+    assert s1.tokens_reused["rewind"] == sum(len(x) + len(lead) for x in anchors) * (len(partners) - 1)
 
 
 def test_classify_after_filter_reuses_retained_document_kv(tiny_llama):
@@ -123,8 +125,8 @@ def test_a_common_opening_of_the_questions_is_kept_with_the_document(engine):
 
     anchors = _docs(3, 10, 30, seed=13)
     partners = [[50, 51, 52] + p for p in _docs(4, 3, 12, seed=14)]
-    a, s2 = run_join(engine, anchors, partners, [12, 13], ANSWERS)
-    b, _ = run_join(engine, anchors, partners, [12, 13], ANSWERS, reuse=NONE)
+    a, s2 = run_join(engine, anchors, partners, PairQuestion([], [12, 13]), ANSWERS)
+    b, _ = run_join(engine, anchors, partners, PairQuestion([], [12, 13]), ANSWERS, reuse=NONE)
     np.testing.assert_allclose(a.p_yes, b.p_yes, atol=1e-5)
     _accounted(s2)
     assert s2.tokens_computed == sum(len(x) + 3 for x in anchors) + len(anchors) * sum(len(p) - 3 + 2 for p in partners)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from quail.executor.engine import Engine, PhysicalSettings
+from quail.kinds.join import PairQuestion
 from quail.ops.join import run_join
 from quail.ops.prompts import YesNoTokens
 from quail.ops.vectors import run_vectors
@@ -59,7 +60,7 @@ def test_a_retained_or_shared_document_gives_the_same_vector_and_is_kept_for_the
     np.testing.assert_allclose(again, scratch, atol=1e-5)
     assert stats.tokens_computed + sum(stats.tokens_reused.values()) == stats.tokens_naive
     answers = YesNoTokens(yes=[5], no=[7])
-    _, joined = run_join(engine, docs, [[50, 51], [52]], [9, 10], answers, retain=Retain())
+    _, joined = run_join(engine, docs, [[50, 51], [52]], PairQuestion([], [9, 10]), answers, retain=Retain())
     assert joined.tokens_reused["retention"] > 0  # the join's anchors took the vectors' KV
     engine.pool.clear()
     assert engine.free_pages == engine.plan.arena_pages

@@ -3,11 +3,12 @@
 import numpy as np
 
 from quail.executor.engine import Engine, PhysicalSettings
+from quail.kinds.base import OperatorTokens
+from quail.kinds.join import PairQuestion
 from quail.ops.classify import run_classify
 from quail.ops.join import run_join
 from quail.ops.prompts import YesNoTokens
 from quail.planner.plan import plan
-from quail.kinds.base import OperatorTokens
 from quail.planner.predict import predict
 from quail.prefix_tree import stem
 from quail.specs import OperatorSpec
@@ -32,7 +33,7 @@ def test_classify_and_join_predictions_match_the_run(tiny_llama):
     predicted = predict(p, tokens)
     engine = Engine(tiny_llama, PhysicalSettings(arena_pages=256, max_batch_tokens=256))
     _, c = run_classify(engine, docs, question, labels)
-    _, j = run_join(engine, docs, partners, condition, ANSWERS)
+    _, j = run_join(engine, docs, partners, PairQuestion([], condition), ANSWERS)
     for name, actual in (("c", c), ("j", j)):
         guess = predicted[name].rounded()
         assert guess["tokens_naive"] == actual.tokens_naive

@@ -5,11 +5,11 @@ import pytest
 
 from quail.errors import QuailError
 from quail.executor.engine import PhysicalSettings
-from quail.runtime.compute import compute
 from quail.planner.plan import plan
-from quail.specs import OperatorSpec
 from quail.reuse import Reuse
+from quail.runtime.compute import compute
 from quail.session import Session
+from quail.specs import OperatorSpec
 
 
 def test_a_predicate_longer_than_the_context_is_refused_before_the_window_is_computed(smollm2, monkeypatch):

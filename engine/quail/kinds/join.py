@@ -4,6 +4,7 @@ pair is ranked within its left row: 1 is the highest P(yes), ties going to the e
 
 import argparse
 import math
+from dataclasses import dataclass
 from typing import ClassVar, cast
 
 from quail.kinds.base import Key, Layout, OperatorKind, OperatorTokens, calibration_word
@@ -11,6 +12,7 @@ from quail.kinds.settings import (
     Calibration,
     CascadeSetting,
     Count,
+    Flag,
     MaybeNumber,
     Name,
     Number,
@@ -36,18 +38,37 @@ def partner(spec: OperatorSpec) -> str:
     return spec.right_name.strip() if spec.right_name else partner_name(spec.columns[1])
 
 
-def render(layout: Layout, condition: str, name: str) -> list[int]:
-    """The condition's prompt after a pair (a right row named `name`): the one rendering that
-    prediction, the answer store's keys and the session share."""
-    return layout.pair_question(condition, name)
+@dataclass(frozen=True)
+class PairQuestion:
+    """A pair's prompt after its left row: `lead` before the right row (the condition, where it comes
+    first: computed once per left row, as its common opening), `tail` after it (the condition and
+    the answer cue, or the cue alone)."""
+
+    lead: list[int]
+    tail: list[int]
+
+    def around(self, partner: list[int]) -> list[int]:
+        return self.lead + partner + self.tail
+
+    def __len__(self) -> int:
+        return len(self.lead) + len(self.tail)
 
 
-def keys(key: Key, condition: list[int], anchors: list[list[int]], partners: list[list[int]],
+def render(layout: Layout, condition: str, name: str, condition_first: bool = False) -> PairQuestion:
+    """The condition's prompt around a right row named `name`: the one rendering that prediction,
+    the answer store's keys and the session share."""
+    if condition_first:
+        return PairQuestion(layout.pair_lead(condition, name), layout.cue)
+    return PairQuestion([], layout.pair_question(condition, name))
+
+
+def keys(key: Key, condition: PairQuestion, anchors: list[list[int]], partners: list[list[int]],
          calibrated: bool, pairs: list[list[int]] | None = None) -> list[list[bytes]]:
     """The answer store's keys of each pair's raw P(yes): per left row, one per right row it asks
     (`pairs`: their indices; None: every one). A pair's document: the left row's tokens, -1, the
-    right row's."""
-    asked = f"join\x1f{calibration_word(calibrated)}\x1f{condition}"
+    right row's. The two layouts' keys differ by the lead."""
+    words = [condition.lead, condition.tail] if condition.lead else [condition.tail]
+    asked = "\x1f".join(["join", calibration_word(calibrated), *map(str, words)])
     rows = pairs if pairs is not None else [range(len(partners))] * len(anchors)
     return [[key(asked, a + [-1] + partners[j]) for j in row] for a, row in zip(anchors, rows)]
 
@@ -68,6 +89,7 @@ class JoinSettings(Settings):
     recall_delta: Number = 0.05
     candidates: Count = None
     embedding: Text = None
+    condition_first: Flag = False
     calibration: Calibration = "auto"
     cascade: CascadeSetting = None  # on each pair's P(yes)
 
@@ -76,6 +98,7 @@ class JoinSettings(Settings):
                             self.condition, threshold=self.threshold, top_k=self.top_k,
                             recall_target=self.recall_target, recall_delta=self.recall_delta,
                             candidates=self.candidates, embedding=self.embedding,
+                            condition_first=self.condition_first,
                             right_name=cast("str | None", self.right_name), calibration=self.calibration,
                             cascade=self.cascade, output=output)
 
@@ -85,6 +108,7 @@ class JoinSettings(Settings):
                 "right_column": spec.columns[1], "condition": spec.questions, "right_name": spec.right_name,
                 "threshold": spec.threshold, "top_k": spec.top_k, "recall_target": spec.recall_target,
                 "recall_delta": spec.recall_delta, "candidates": spec.candidates, "embedding": spec.embedding,
+                "condition_first": spec.condition_first,
                 "calibration": spec.calibration, "cascade": spec.cascade}
 
     def questions(self) -> tuple[str, ...]:
@@ -168,6 +192,9 @@ class Join(OperatorKind):
         p.add_argument("--candidates", type=int, metavar="K",
                        help="ask about each left row's K best-scoring right rows only; the recall is estimated "
                             "from a sample, not certified")
+        p.add_argument("--condition-first", action="store_true",
+                       help="ask the condition before each right row, so that a left row's pairs share its KV "
+                            "(each pair then costs its right row and the answer cue)")
         p.add_argument("--embedding", metavar="MODEL",
                        help="score pairs with this sentence-transformers model (a folder, or all-MiniLM-L6-v2 "
                             "when installed) instead of the model's own hidden states")
@@ -178,6 +205,7 @@ class Join(OperatorKind):
                                        "condition": args.condition, "threshold": args.threshold, "top_k": args.top_k,
                                        "recall_target": args.recall_target, "recall_delta": args.recall_delta,
                                        "candidates": args.candidates, "embedding": args.embedding,
+                                       "condition_first": args.condition_first,
                                        "calibration": args.calibration, "cascade": cascade_from_args(args)}, "join",
                                       {"questions": "--condition"})
         return {"left": args.left, "right": args.right}, settings.spec("join", args.output)
@@ -185,8 +213,8 @@ class Join(OperatorKind):
     def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
                partners: list[str]) -> OperatorTokens:
         name = partner(spec)
-        condition = render(layout, spec.questions[0], name)
-        rendered = [p + condition for p in layout.partners(partners, name)]
+        condition = render(layout, spec.questions[0], name, spec.condition_first)
+        rendered = [condition.around(p) for p in layout.partners(partners, name)]
         return OperatorTokens(docs, [len(condition)], partners=[len(p) - len(condition) for p in rendered],
                               stem=stem(rendered), asked=asked_share(spec, len(docs), len(partners)))
 

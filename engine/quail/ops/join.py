@@ -10,7 +10,7 @@ from quail.executor.engine import Engine
 from quail.executor.program import Extend, Program, ProgramGen, program_pages
 from quail.executor.sequence import Seq
 from quail.executor.stats import Stats
-from quail.kinds.join import keys
+from quail.kinds.join import PairQuestion, keys
 from quail.ops.calibration import column_means, yes_given
 from quail.ops.from_store import with_stored
 from quail.ops.prompts import Documents, YesNoTokens
@@ -26,8 +26,10 @@ class JoinResult:
     from_store: set[int] = field(default_factory=set)  # left rows answered from the answer store
 
 
-def _anchored(engine: Engine, anchor: list[int], partners: list[list[int]], n_partner_doc: list[int],
+def _anchored(engine: Engine, anchor: list[int], partners: list[list[int]], n_partner_doc: list[int], lead: int,
               yes_no: YesNoTokens, fanout: int, retain: Retain | None) -> Callable[[Seq | None], ProgramGen]:
+    """lead: the tokens of the condition before each partner (their common opening, with the partners'
+    own): computed once per anchor, as the anchor is."""
     ids, n_yes = yes_no.ids, len(yes_no.yes)
     common = stem(partners)  # the partners' common opening is computed once, with the anchor
 
@@ -35,7 +37,7 @@ def _anchored(engine: Engine, anchor: list[int], partners: list[list[int]], n_pa
         seq = seq or Seq()
         head = anchor + partners[0][:common]
         if len(seq) < len(head):
-            n_document = max(len(anchor) - len(seq), 0) + min(common, n_partner_doc[0])
+            n_document = max(len(anchor) - len(seq), 0) + (0 if lead else min(common, n_partner_doc[0]))
             yield [Extend(seq, head[len(seq):], n_document=n_document, prompt=False)]
         probs = []
         for lo in range(0, len(partners), fanout):
@@ -43,7 +45,7 @@ def _anchored(engine: Engine, anchor: list[int], partners: list[list[int]], n_pa
             kids = [engine.cache.fork(seq) for _ in wave]
             reads = yield [
                 Extend(k, partners[j][common:], [(len(partners[j]) - common - 1, ids)],
-                       max(n_partner_doc[j] - common, 0))
+                       max(lead + n_partner_doc[j] - common, 0) if common >= lead else 0)
                 for k, j in zip(kids, wave)
             ]
             for k, [lp] in zip(kids, reads):
@@ -56,7 +58,7 @@ def _anchored(engine: Engine, anchor: list[int], partners: list[list[int]], n_pa
     return program
 
 
-def _scratch(engine: Engine, anchor: list[int], partners: list[list[int]], n_partner_doc: list[int],
+def _scratch(engine: Engine, anchor: list[int], partners: list[list[int]], n_partner_doc: list[int], lead: int,
              yes_no: YesNoTokens, fanout: int, retain: Retain | None) -> Callable[[Seq | None], ProgramGen]:
     """Every pair from the anchor's start, or from the reused prefix it was handed."""
     ids, n_yes = yes_no.ids, len(yes_no.yes)
@@ -69,7 +71,7 @@ def _scratch(engine: Engine, anchor: list[int], partners: list[list[int]], n_par
             seqs = [engine.cache.fork(base, copy_credits=True) if base else Seq() for _ in wave]
             reqs = [
                 Extend(s, anchor[have:] + partners[j], [(len(anchor) - have + len(partners[j]) - 1, ids)],
-                       len(anchor) - have + n_partner_doc[j])
+                       len(anchor) - have + (0 if lead else n_partner_doc[j]))
                 for s, j in zip(seqs, wave)
             ]
             reads = yield reqs
@@ -87,7 +89,7 @@ def run_join(
     engine: Engine,
     anchors: list[list[int]],
     partner_docs: list[list[int]],
-    condition: list[int],
+    condition: PairQuestion,
     yes_no: YesNoTokens,
     reuse: Reuse = Reuse(),
     retain: Retain | None = None,
@@ -109,7 +111,7 @@ def run_join(
         p_yes, stats = with_stored(len(anchors), answered, rest, lambda i: [
             (len(anchors[i]) + len(partner_docs[j]) + len(condition), None) for j in rows[i]], progress)
         return JoinResult(p_yes, set(answered)), stats
-    partners = [p + condition for p in partner_docs]
+    partners = [condition.around(p) for p in partner_docs]
     n_doc = [len(p) for p in partner_docs]
     retain = retain if reuse.retention else None
     make = _anchored if reuse.rewind else _scratch
@@ -122,8 +124,8 @@ def run_join(
         head = len(anchor) + (stem(mine) if reuse.rewind else 0)
         pages = partial(program_pages, engine.cache.pages_for, reuse.rewind, head, longest)  # of n pairs at once
         fan = max(1, min(fanout, (engine.plan.arena_pages - pages(0)) // (pages(1) - pages(0))))  # as the arena holds
-        programs.append(Program(make(engine, anchor, mine, [n_doc[j] for j in row], yes_no, fan, retain), pages(fan),
-                                anchor))
+        programs.append(Program(make(engine, anchor, mine, [n_doc[j] for j in row], len(condition.lead), yes_no, fan,
+                                     retain), pages(fan), anchor))
     asks = [i for i, row in enumerate(rows) if row]
     probs, stats = engine.run([programs[i] for i in asks], progress, reuse)
     result = JoinResult([[] for _ in anchors])
@@ -139,7 +141,7 @@ class JoinAnswers(YesNo):
         return ([[p] for p in row] for row in result.p_yes)
 
 
-def stored_join(run: Run, anchors: Documents, partners: Documents, condition: list[int], yes_no: YesNoTokens,
+def stored_join(run: Run, anchors: Documents, partners: Documents, condition: PairQuestion, yes_no: YesNoTokens,
                 probes: list[list[int]] | None = None,
                 pairs: list[list[int]] | None = None) -> tuple[JoinResult, Stats]:
     """run_join with the answers the store holds, keeping the new ones. `probes`: contextual

@@ -115,6 +115,11 @@ class PromptLayout:
     def pair_question(self, condition: str, name: str = SECOND) -> list[int]:
         return self.yes_no_question(f"Do the {ANCHOR} and the {name} satisfy this condition? {condition}")
 
+    def pair_lead(self, condition: str, name: str = SECOND) -> list[int]:
+        """The condition before the right row, which then ends the prompt with the answer cue."""
+        return self.tok.encode(f"Question: Do the {ANCHOR} and the {name} below satisfy this condition? "
+                               f"{condition}\nAnswer Yes or No.\n\n")
+
     def writing_question(self, text: str) -> list[int]:
         """An extract's or a map's prompt after the document: what to write, then the reply's start,
         where the model writes."""

@@ -47,7 +47,7 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
         if rows:
             result, asked = session.join(left, right, spec.questions[0], reuse, retain, truncate, None, left_rows,
                                          right_rows, spec.calibration, partner(spec),
-                                         [rows.get(i, []) for i in range(n)])
+                                         [rows.get(i, []) for i in range(n)], spec.condition_first)
             stats.merge(asked)
             for i, js in rows.items():
                 p_of.update((i * m + j, p) for j, p in zip(js, result.p_yes[i]))

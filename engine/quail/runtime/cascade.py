@@ -112,8 +112,8 @@ def cascade_classify(session: Session, cascade: Cascade, texts: list[str], label
 def cascade_join(session: Session, cascade: Cascade, left: list[str], right: list[str], condition: str,
                  threshold: float, reuse: bool | Reuse = True, retain: Retain | None = None, truncate: bool = False,
                  progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
-                 right_rows: list[int] | None = None, calibration: str = "auto",
-                 partner: str = SECOND) -> tuple[JoinResult, set[tuple[int, int]], Stats]:
+                 right_rows: list[int] | None = None, calibration: str = "auto", partner: str = SECOND,
+                 condition_first: bool = False) -> tuple[JoinResult, set[tuple[int, int]], Stats]:
     """A join cascade, per pair: the session's model answers every pair; the pairs whose P(yes) lies
     inside the band are answered again by the larger model (each left row with its unsure right
     rows), whose P(yes) replaces its own. For a target the band is chosen on a sample of these
@@ -123,7 +123,7 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
     right_rows = right_rows if right_rows is not None else list(range(len(right)))
     cascade_model = session.cascade_model(cascade.model)
     result, stats = session.join(left, right, condition, reuse, retain, truncate, progress, left_rows, right_rows,
-                                 calibration, partner)
+                                 calibration, partner, condition_first=condition_first)
     stats.of_model(session.loaded.name, len(left))
 
     def asked(pairs: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], float], Stats]:
@@ -136,7 +136,7 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
         for i, js in by_left.items():
             r, more = cascade_model.join([left[i]], [right[j] for j in js], condition, reuse, None, truncate,
                                          _tokens_only(progress), [left_rows[i]], [right_rows[j] for j in js],
-                                         calibration, partner)
+                                         calibration, partner, condition_first=condition_first)
             found.update(((i, j), p) for j, p in zip(js, r.p_yes[0]))
             done.merge(more)
         return found, done

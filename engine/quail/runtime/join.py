@@ -32,13 +32,13 @@ class JoinRuntime(KindRuntime):
             r, asked, stats = blocked_join(session, spec, ltexts, rtexts, reuse, retain, truncate, lrows, rrows)
         elif spec.cascade is None:
             r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows,
-                                    rrows, spec.calibration, partner(spec))
+                                    rrows, spec.calibration, partner(spec), condition_first=spec.condition_first)
         else:
             from quail.runtime.cascade import cascade_join
 
             r, escalated, stats = cascade_join(session, spec.cascade, ltexts, rtexts, spec.questions[0],
                                                spec.threshold, reuse, retain, truncate, progress, lrows, rrows,
-                                               spec.calibration, partner(spec))
+                                               spec.calibration, partner(spec), spec.condition_first)
         pairs: list[tuple[int, int, float, int | None]] = [
             (i, j, p, rank) for i, ps in enumerate(r.p_yes)
             for rank, (j, p) in enumerate(ranked(ps, spec.threshold, spec.top_k, asked[i] if asked else None), 1)]
@@ -58,7 +58,7 @@ class JoinRuntime(KindRuntime):
         if not partners:
             return {}
         name = partner(spec)
-        cond = render(session.layout, spec.questions[0], name)
+        cond = render(session.layout, spec.questions[0], name, spec.condition_first)
         room = pair_room(session.context, len(cond))
         rights = [r[:room] for r in session.layout.partners(partners, name)]  # cut as the run cuts them
         store = stored(session)

@@ -43,7 +43,8 @@ def quail_vectors(model: str, dtype: str, texts: list[str], depths: list[float])
     for depth in depths:
         model_.vector_layer = max(1, round(depth * model_.cfg.num_layers))
         started = time.perf_counter()
-        vectors, stats = run_vectors(session.engine, docs, len(session.layout.preamble))
+        result, stats = run_vectors(session.engine, docs, len(session.layout.preamble))
+        vectors = result.vectors
         out[depth] = vectors, time.perf_counter() - started, stats.tokens_computed
     return out
 

@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from quail.constants import DEFAULT_GPU_MEMORY_UTILIZATION
 from quail.errors import QuailError
 from quail.executor.engine import Engine, PhysicalSettings
@@ -40,7 +38,7 @@ from quail.ops.join import JoinResult, stored_join
 from quail.ops.map import MapResult, run_map
 from quail.ops.prompts import PromptLayout, fit
 from quail.ops.stored import Run, Stored
-from quail.ops.vectors import run_vectors
+from quail.ops.vectors import VectorResult, stored_vectors
 from quail.reuse import Retain, Reuse
 from quail.specs import FieldSpec
 
@@ -163,10 +161,10 @@ class Session:
                            self._probes(calibration), pairs)
 
     def vectors(self, texts: list[str], reuse: bool | Reuse = True, retain: bool | Retain | None = None,
-                truncate: bool = False, rows: list[int] | None = None) -> tuple[np.ndarray, Stats]:
+                truncate: bool = False, rows: list[int] | None = None) -> tuple[VectorResult, Stats]:
         """Each text's vector from the model's own hidden states, read as a plain document (ops/vectors.py)."""
         run, docs = self._run(reuse, retain, None), fit(texts, self.layout.documents, self.context, 0, truncate, rows)
-        return run_vectors(self.engine, docs.tokens, len(self.layout.preamble), run.reuse, run.retain)
+        return stored_vectors(run, docs.tokens, len(self.layout.preamble), self.engine.model.vector_layer)
 
     def extract_grammar(self, fields: tuple[FieldSpec, ...]) -> JsonSchema:
         return self.grammars.json(json_schema(fields))

@@ -41,6 +41,7 @@ def test_vectors_are_the_mean_hidden_state_after_the_vector_layer(models, max_ba
     engine = Engine(model, PhysicalSettings(arena_pages=64, max_batch_tokens=max_batch_tokens))
     docs = _docs(9, seed=1)
     vectors, stats = run_vectors(engine, docs, START)
+    vectors = vectors.vectors
     assert vectors.shape == (9, model.cfg.hidden_size)
     for doc, v in zip(docs, vectors):
         np.testing.assert_allclose(v, _reference(hf, doc, model.vector_layer), atol=1e-4)
@@ -56,11 +57,35 @@ def test_a_retained_or_shared_document_gives_the_same_vector_and_is_kept_for_the
     scratch, _ = run_vectors(engine, docs, START, Reuse.none())
     first, _ = run_vectors(engine, docs, START, retain=Retain())
     again, stats = run_vectors(engine, docs, START, retain=Retain())  # handed the retained documents
-    np.testing.assert_allclose(first, scratch, atol=1e-5)
-    np.testing.assert_allclose(again, scratch, atol=1e-5)
+    np.testing.assert_allclose(first.vectors, scratch.vectors, atol=1e-5)
+    np.testing.assert_allclose(again.vectors, scratch.vectors, atol=1e-5)
     assert stats.tokens_computed + sum(stats.tokens_reused.values()) == stats.tokens_naive
     answers = YesNoTokens(yes=[5], no=[7])
     _, joined = run_join(engine, docs, [[50, 51], [52]], PairQuestion([], [9, 10]), answers, retain=Retain())
     assert joined.tokens_reused["retention"] > 0  # the join's anchors took the vectors' KV
     engine.pool.clear()
     assert engine.free_pages == engine.plan.arena_pages
+
+
+def test_stored_vectors_are_read_once_and_keyed_by_their_layer(models, tmp_path):
+    from quail.ops.stored import Run, Stored
+    from quail.ops.vectors import stored_vectors
+    from quail.store.sqlite import SqliteStore
+
+    _, model = models
+    engine = Engine(model, PhysicalSettings(arena_pages=64, max_batch_tokens=256))
+    store = SqliteStore(tmp_path / "answers.sqlite")
+    run = Run(engine, stored=Stored(store, "tiny"))
+    docs = _docs(5, seed=3)
+    first, s1 = stored_vectors(run, docs, START, model.vector_layer)
+    again, s2 = stored_vectors(run, docs, START, model.vector_layer)
+    assert s1.tokens_reused["store"] == 0 and s2.tokens_computed == 0
+    assert s2.tokens_reused["store"] == s2.tokens_naive == sum(map(len, docs))
+    assert again.from_store == set(range(5))
+    np.testing.assert_array_equal(again.vectors, first.vectors)  # doubles hold float32 exactly
+    model.vector_layer += 1  # another layer's vectors are not these
+    try:
+        other, s3 = stored_vectors(run, docs, START, model.vector_layer)
+    finally:
+        model.vector_layer -= 1
+    assert s3.tokens_reused["store"] == 0 and not np.allclose(other.vectors, first.vectors)

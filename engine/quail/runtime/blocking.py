@@ -87,7 +87,7 @@ def _product(session: "Session", spec: OperatorSpec, left: list[str], right: lis
     else:
         lv, stats = session.vectors(left, reuse, retain, truncate, left_rows)  # kept for the join's anchors
         rv, right_stats = session.vectors(right, reuse, None, truncate, right_rows)
-        vectors = np.concatenate([lv, rv])
+        vectors = np.concatenate([lv.vectors, rv.vectors])
         stats.merge(right_stats)
     vectors = vectors - vectors.mean(0)
     return VectorProduct(vectors[: len(left)], vectors[len(left):]), stats

@@ -1,8 +1,10 @@
-"""What a key holds: `width` probabilities (1 for a yes/no, a classify's labels), or a written output
-(WRITTEN). A stored value is used only when it is signed with this process's key (signing.py) and is
-an answer of the width asked; the rest are counted (`Rejected`), logged, and computed again."""
+"""What a key holds: `width` probabilities (1 for a yes/no, a classify's labels), a written output
+(WRITTEN) or a row's vector (VECTOR). A stored value is used only when it is signed with this
+process's key (signing.py) and is an answer of the width asked; the rest are counted (`Rejected`),
+logged, and computed again."""
 
 import logging
+import math
 from array import array
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from quail.store.signing import Signer
 log = logging.getLogger(__name__)
 
 WRITTEN = 0  # the width of a written output (an extract's, a map's): truncated or not (1 or 0), then its tokens
+VECTOR = -1  # the width of a row's vector (a join's candidates): finite numbers, as many as the model's hidden size
 
 
 class Rejected:
@@ -52,9 +55,11 @@ class Rejected:
 def as_answer(value: object, width: int) -> list[float] | None:
     """A stored value as `width` probabilities, or as a written output (`WRITTEN`), or None if it
     is not one (damaged or planted)."""
-    if not isinstance(value, bytes) or not value or len(value) % 8 or (width and len(value) != 8 * width):
+    if not isinstance(value, bytes) or not value or len(value) % 8 or (width > 0 and len(value) != 8 * width):
         return None
     answer = array("d", value).tolist()
+    if width == VECTOR:
+        return answer if all(math.isfinite(x) for x in answer) else None
     if width == WRITTEN:
         ok = answer[0] in (0.0, 1.0) and all(t.is_integer() and 0 <= t < 1 << 31 for t in answer[1:])
         return answer if ok else None
@@ -63,11 +68,11 @@ def as_answer(value: object, width: int) -> list[float] | None:
 
 def fits(answer: list[float], width: int) -> bool:
     """Whether a stored answer is of this width (any written output is of WRITTEN's)."""
-    return len(answer) == width or (width == WRITTEN and len(answer) >= 1)
+    return len(answer) == width or (width in (WRITTEN, VECTOR) and len(answer) >= 1)
 
 
 def answer_words(width: int) -> str:
-    return "written outputs" if width == WRITTEN else f"{width} probabilities in [0, 1]"
+    return {WRITTEN: "written outputs", VECTOR: "vectors"}.get(width, f"{width} probabilities in [0, 1]")
 
 
 def sealed(signed_by: Signer, key: bytes, answer: list) -> bytes:

@@ -101,8 +101,9 @@ class LLMJoinOperator(BaseLLMOperator):
         estimated from a sample, not certified
     :param embedding: score pairs with this sentence-transformers model (a folder, or
         all-MiniLM-L6-v2 when installed) instead of the model's own hidden states
-    :param condition_first: ask the condition before each right row, so that a left row's pairs
-        share its KV (each pair then costs its right row and the answer cue)
+    :param condition_first: ask the condition before each right row (the default), so that a left
+        row's pairs share its KV and each pair costs its right row and the answer cue; False asks it
+        after each pair
     """
 
     template_fields: Sequence[str] = ("left", "right", "target", "condition", "review_output", "quail_plan")
@@ -113,7 +114,7 @@ class LLMJoinOperator(BaseLLMOperator):
     def __init__(self, *, left: str, right: str, left_column: str, right_column: str, condition: str,
                  right_name: str | None = None, threshold: float = 0.5, top_k: int | None = None,
                  recall_target: float | None = None, recall_delta: float = 0.05, candidates: int | None = None,
-                 embedding: str | None = None, condition_first: bool = False, **kwargs: Any):
+                 embedding: str | None = None, condition_first: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
         self.left, self.right, self.left_column, self.right_column = left, right, left_column, right_column
         self.condition, self.right_name, self.threshold, self.top_k = condition, right_name, threshold, top_k

@@ -10,6 +10,7 @@ with all-MiniLM-L6-v2's vectors beside the model's own (`--embedding`).
     python -m bench e2e join --rows 1000 --model qwen2.5-coder-1.5b --condition-first
 """
 
+import argparse
 import time
 from dataclasses import replace
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=1000, help="left rows, each with its duplicate on the right")
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--condition-first", action="store_true")
+    ap.add_argument("--condition-first", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--embedding", default=None, help="also with this sentence-transformers model's vectors")
     ap.add_argument("--sample-rows", type=int, default=4, help="left rows timed against every right row")

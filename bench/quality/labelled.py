@@ -15,6 +15,7 @@ run one at a time; `--output-json bench/results/quality-heldout.json` adds to th
         [--calibration none contextual] [--join-on description|title]
 """
 
+import argparse
 import time
 
 import numpy as np
@@ -142,9 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--descriptions", action="store_true",
                     help="the classify's labels with their descriptions (TOPIC_DESCRIPTIONS); results under "
                          "'<calibration> + descriptions'")
-    ap.add_argument("--condition-first", action="store_true",
-                    help="the join's condition before each right row (once per left row); results under "
-                         "'<calibration> + condition first'")
+    ap.add_argument("--condition-first", action=argparse.BooleanOptionalAction, default=True,
+                    help="the join's condition before each right row (once per left row), Quail's default; "
+                         "results under '<calibration> + condition first' (without: the condition after each pair)")
     args = ap.parse_args(argv)
 
     from quail.model.registry import installed

@@ -148,7 +148,7 @@ class Session:
              retain: bool | Retain | None = None, truncate: bool = False,
              progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
              right_rows: list[int] | None = None, calibration: str = "auto", partner: str = SECOND,
-             pairs: list[list[int]] | None = None, condition_first: bool = False) -> tuple[JoinResult, Stats]:
+             pairs: list[list[int]] | None = None, condition_first: bool = True) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows.
         pairs: per left row, the right rows asked (its row of P(yes) in that order); None: every one."""

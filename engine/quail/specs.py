@@ -73,7 +73,7 @@ class OperatorSpec:
     recall_delta: float = 0.05  # ... with probability at least 1 - recall_delta (planner/recall.py)
     candidates: int | None = None  # a join: each left row asks only its K best-scoring right rows
     embedding: str | None = None  # a join's scores: a sentence-transformers model's vectors, not the model's own
-    condition_first: bool = False  # a join: the condition before each right row, computed once per left row
+    condition_first: bool = True  # a join: the condition before each right row, computed once per left row
     right_name: str | None = None  # a join: what its prompt calls a right row; by default its column's name
     keep_all: bool = False
     calibration: str = "auto"  # "contextual": each question's content-free answer divided out; "auto": the model's

@@ -54,7 +54,7 @@ class PairQuestion:
         return len(self.lead) + len(self.tail)
 
 
-def render(layout: Layout, condition: str, name: str, condition_first: bool = False) -> PairQuestion:
+def render(layout: Layout, condition: str, name: str, condition_first: bool = True) -> PairQuestion:
     """The condition's prompt around a right row named `name`: the one rendering that prediction,
     the answer store's keys and the session share."""
     if condition_first:
@@ -89,7 +89,7 @@ class JoinSettings(Settings):
     recall_delta: Number = 0.05
     candidates: Count = None
     embedding: Text = None
-    condition_first: Flag = False
+    condition_first: Flag = True  # bench/results/join-layout-heldout.md: better answers for 0.4x the tokens
     calibration: Calibration = "auto"
     cascade: CascadeSetting = None  # on each pair's P(yes)
 
@@ -192,9 +192,10 @@ class Join(OperatorKind):
         p.add_argument("--candidates", type=int, metavar="K",
                        help="ask about each left row's K best-scoring right rows only; the recall is estimated "
                             "from a sample, not certified")
-        p.add_argument("--condition-first", action="store_true",
+        p.add_argument("--condition-first", action=argparse.BooleanOptionalAction, default=True,
                        help="ask the condition before each right row, so that a left row's pairs share its KV "
-                            "(each pair then costs its right row and the answer cue)")
+                            "and each pair costs its right row and the answer cue (the default); "
+                            "--no-condition-first asks it after each pair")
         p.add_argument("--embedding", metavar="MODEL",
                        help="score pairs with this sentence-transformers model (a folder, or all-MiniLM-L6-v2 "
                             "when installed) instead of the model's own hidden states")

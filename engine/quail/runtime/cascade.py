@@ -113,7 +113,7 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
                  threshold: float, reuse: bool | Reuse = True, retain: Retain | None = None, truncate: bool = False,
                  progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
                  right_rows: list[int] | None = None, calibration: str = "auto", partner: str = SECOND,
-                 condition_first: bool = False) -> tuple[JoinResult, set[tuple[int, int]], Stats]:
+                 condition_first: bool = True) -> tuple[JoinResult, set[tuple[int, int]], Stats]:
     """A join cascade, per pair: the session's model answers every pair; the pairs whose P(yes) lies
     inside the band are answered again by the larger model (each left row with its unsure right
     rows), whose P(yes) replaces its own. For a target the band is chosen on a sample of these

@@ -25,11 +25,27 @@ app = FastAPI(title="Quail", dependencies=[Depends(requires_access_view(AccessVi
 Count = Annotated[int, Field(strict=True, ge=0, le=10**15)]
 
 
+Share = Annotated[float, Field(strict=True, ge=0, le=1)]
+
+
+class _Blocking(BaseModel):
+    """A blocked join's pairs and recall (Stats.blocking)."""
+
+    mode: StrictStr
+    pairs: Count
+    asked: Count
+    recall_lower: Share | None = None
+    recall_estimate: Share | None = None
+    target: Share | None = None
+    delta: Share | None = None
+
+
 class _Counts(BaseModel):
     tokens_computed: Count
     tokens_naive: Count
     tokens_reused: dict[str, Count]
     tokens_generated: Count = 0
+    blocking: _Blocking | None = None
 
 
 class _Retain(BaseModel):

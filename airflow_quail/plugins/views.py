@@ -98,7 +98,31 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
              "<th title='tokens an extract or a map wrote, beside its prompts'>written</th></tr>"
              + "".join(rows) + "</table>")
     return page(f"{dag_id} / {run_id}", "<h2>Tokens by task</h2>" + tokens_svg(tasks) + table
-                + "<h2>Predicted and actual</h2>" + predicted_html(tasks))
+                + "<h2>Predicted and actual</h2>" + predicted_html(tasks) + joins_html(tasks))
+
+
+def joins_html(tasks: dict[str, dict]) -> str:
+    """Each blocked join's pairs asked against the pairs in its product, and its recall: certified
+    against a target, or estimated (docs/design.md, "Blocked joins")."""
+    rows = []
+    for name, m in tasks.items():
+        b = m["stats"].get("blocking")
+        if not b:
+            continue
+        share = b["asked"] / b["pairs"] if b["pairs"] else 0.0
+        if b.get("target") is not None:
+            recall = f"&ge; {b['recall_lower']:.3f} certified (target {b['target']:g}, delta {b['delta']:g})"
+        elif b.get("recall_estimate") is not None:
+            recall = f"about {b['recall_estimate']:.3f}, estimated"
+        else:
+            recall = "<span class='muted'>-</span>"
+        rows.append(f"<tr><td class='l'>{escape(name)}</td><td class='l'>{escape(b['mode'])}</td>"
+                    f"<td>{b['pairs']:,}</td><td>{b['asked']:,}</td><td>{share:.2%}</td>"
+                    f"<td class='l'>{recall}</td></tr>")
+    if not rows:
+        return ""
+    return ("<h2>Joins</h2><table><tr><th class='l'>task</th><th class='l'>pairs chosen by</th><th>pairs</th>"
+            "<th>asked</th><th>share</th><th class='l'>recall</th></tr>" + "".join(rows) + "</table>")
 
 
 def predicted_html(tasks: dict[str, dict]) -> str:

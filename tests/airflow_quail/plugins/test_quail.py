@@ -67,6 +67,16 @@ def test_a_run_page_shows_each_tasks_plan_and_tokens_charted():
     assert "<td>41%</td><td>0</td></tr>" in html and ">written</th>" in html
 
 
+def test_a_blocked_join_shows_its_pairs_asked_and_its_recall():
+    certified = {"mode": "certified", "pairs": 1_000_000, "asked": 33_000, "recall_lower": 0.93, "target": 0.9,
+                 "delta": 0.05}
+    html = run_html("quail_people", "r1", {"pairs": MANIFEST | {"stats": MANIFEST["stats"] | {"blocking": certified}},
+                                           "tech": MANIFEST})
+    assert "<td>1,000,000</td><td>33,000</td><td>3.30%</td>" in html
+    assert "&ge; 0.930 certified (target 0.9, delta 0.05)" in html and html.count("<h2>Joins</h2>") == 1
+    assert "<h2>Joins</h2>" not in run_html("quail_jokes", "r1", {"tech": MANIFEST})
+
+
 def test_the_workers_table_counts_the_arena_pages():
     html = workers_html([{"location": "grpc+unix:///q/w.sock", "jobs": [],
                           "info": {"model": "smollm2-135m", "device": "cpu", "dtype": "float32", "arena_pages": 1024,
@@ -80,6 +90,8 @@ def test_the_workers_table_counts_the_arena_pages():
     {"predicted": [1, 2]},
     # #48 14: a count no page can chart (the page failed with 500 on it)
     {"stats": {"tokens_computed": 10 ** 400, "tokens_naive": 2, "tokens_reused": {}}}, {"rows_in": -1},
+    {"stats": MANIFEST["stats"] | {"blocking": {"mode": "certified", "pairs": -1, "asked": 0}}},
+    {"stats": MANIFEST["stats"] | {"blocking": {"mode": "certified", "pairs": 4, "asked": 1, "recall_lower": 2}}},
 ])
 def test_a_look_alike_manifest_is_not_shown(change):
     """Another task's return value with a manifest's keys but not its shape is left out, where it

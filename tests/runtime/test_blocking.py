@@ -83,3 +83,27 @@ def test_windows_each_block_their_part_and_their_reports_add_up(tmp_path, tables
     assert b["delta"] <= 0.05 and one["blocking"]["delta"] == 0.05
     for pair, p in _pairs(parts).items():  # a pair asked in both runs has one answer
         assert p == pytest.approx(_pairs(whole).get(pair, p), abs=1e-4)
+
+
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_a_named_embedding_model_scores_the_pairs_instead_and_answers_the_same(tmp_path, tables):
+    full, _ = join(tmp_path, tables, "full", "--no-answer-store")
+    blocked, stats = join(tmp_path, tables, "embedded", "--candidates", "1", "--embedding", "all-MiniLM-L6-v2",
+                          "--no-answer-store")
+    b = stats["blocking"]
+    assert b["embedding"] == "all-MiniLM-L6-v2" and b["asked_above"] == len(LEFT)
+    for pair, p in _pairs(blocked).items():
+        assert p == pytest.approx(_pairs(full)[pair], abs=1e-4)
+
+
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_an_embedding_model_that_is_not_there_is_named_before_any_pair_is_asked(tmp_path, tables, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["join", str(tables[0]), str(tables[1]), "--left-column", "person", "--right-column", "person",
+              "--condition", CONDITION, "--model", "smollm2-135m", "--candidates", "2", "--embedding",
+              str(tmp_path / "no-such-model"), "--output", str(tmp_path / "o.parquet")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--embedding" in err and "no-such-model" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o.parquet").exists()

@@ -21,7 +21,6 @@ from pathlib import Path
 import pyarrow as pa
 
 from quail.atomic import INPUT, Publication, check_output, write_text_atomically
-from quail.cost.observed import SelectivityCounts, WrittenCounts
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import kind_of
@@ -32,8 +31,8 @@ from quail.pipeline.windows import Window, WindowDone, Windowed, check_budget, d
 from quail.planner.plan import Plan
 from quail.planner.predict import Prediction
 from quail.reuse import Reuse
-from quail.runtime import runtime_of
 from quail.runtime.compute import compute_window, parts, predict
+from quail.runtime.observed import Observed
 from quail.runtime.outputs import clashes
 from quail.session import Session
 from quail.specs import OperatorSpec
@@ -222,18 +221,12 @@ class Runner:
                                 self.budgets.get(c.name))
                for c in consumers}
         bars = {s.name: progress(first.num_rows() if s is head else None, s.name) for s in group}
-        seen = {s.name: [0, 0] for s in group}  # rows asked, rows passed: a filter's observed selectivity
-        wrote: dict[str, dict[str, list[int]]] = {s.name: {} for s in group}  # rows, tokens by part written
+        observed = {s.name: Observed(s, session.loaded.tokenizer.encode_batch) for s in group}
 
         def run_window(spec: OperatorSpec, window: Window, sink: OutputSink) -> tuple[WindowDone, pa.Table]:
             done = compute_window(session, plan, window.spec, plan[spec.name], reuse, window.inputs, self.truncate,
                                   bars[spec.name])
-            if (observed := runtime_of(spec.kind).observed(window.spec, done.results)) is not None:
-                seen[spec.name] = [seen[spec.name][0] + observed[0], seen[spec.name][1] + observed[1]]
-            for key, counts in runtime_of(spec.kind).written_observed(window.spec, done.results,
-                                                                       session.loaded.tokenizer.encode_batch).items():
-                total = wrote[spec.name].setdefault(key, [0, 0])
-                total[0], total[1] = total[0] + counts[0], total[1] + counts[1]
+            observed[spec.name].add(window.spec, done.results)
             source = first.name if spec is head else fed[spec.name].source
             table, counted = window.shaped(done.results, source)
             if spec.name in reviews:
@@ -269,10 +262,7 @@ class Runner:
             totals |= {c.name: fed[c.name].finish() for c in consumers}
         for spec in group:
             self.outputs[spec.name] = str(sinks[spec.name].written)
-            if seen[spec.name][0]:
-                SelectivityCounts().record({spec.fingerprint(): (seen[spec.name][0], seen[spec.name][1])})
-            if wrote[spec.name]:
-                WrittenCounts().record({key: (rows, tokens) for key, (rows, tokens) in wrote[spec.name].items()})
+            observed[spec.name].record()
         return {s.name: (sinks[s.name].rows, totals[s.name].stats, totals[s.name].predicted) for s in group}
 
 

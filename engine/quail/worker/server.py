@@ -34,8 +34,8 @@ from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.kinds import KINDS
 from quail.planner.predict import Prediction
-from quail.runtime import runtime_of
 from quail.runtime.compute import compute, compute_window, parts, predict
+from quail.runtime.observed import Observed
 from quail.session import Session
 from quail.trust import owned_file, private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
@@ -409,13 +409,10 @@ class Worker(flight.FlightServerBase):
             results = pa.concat_tables(tables)
             assert stats is not None  # a job has one part at least
             job.predicted = predicted.rounded()
-            if (seen := runtime_of(job.spec.kind).observed(job.spec, results)) is not None:
-                with self.lock:
-                    self.selectivity.record({job.spec.fingerprint(): seen})
-            if wrote := runtime_of(job.spec.kind).written_observed(job.spec, results,
-                                                                   self.session.loaded.tokenizer.encode_batch):
-                with self.lock:
-                    self.written.record(wrote)
+            observed = Observed(job.spec, self.session.loaded.tokenizer.encode_batch)
+            observed.add(job.spec, results)
+            with self.lock:
+                observed.record(self.selectivity, self.written)
             job.results, job.stats, job.state = results, stats.to_dict(), JobState.DONE
         except Cancelled:
             job.state = JobState.CANCELLED

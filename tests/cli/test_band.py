@@ -1,5 +1,5 @@
 """cli/band.py: `quail band`'s parser and what it refuses before the model loads. Choosing a band
-end to end, with a cascade that takes it: tests/test_cascade.py."""
+end to end, with a cascade that takes it: tests/runtime/test_cascade.py."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq

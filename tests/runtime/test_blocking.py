@@ -49,7 +49,6 @@ def test_a_target_that_certifying_cannot_beat_asks_every_pair_and_says_so(tmp_pa
     (["--recall-target", "nan"], "recall_target must be in (0, 1]"),
     (["--recall-target", "0.9", "--recall-delta", "1"], "recall_delta must be in (0, 1)"),
     (["--recall-target", "0.9", "--candidates", "3"], "give one"),
-    (["--recall-target", "0.9", "--top-k", "2"], "top_k"),
     (["--candidates", "0"], "candidates must be at least 1"),
     (["--embedding", "all-MiniLM-L6-v2"], "give recall_target or candidates too"),
 ])
@@ -107,3 +106,49 @@ def test_an_embedding_model_that_is_not_there_is_named_before_any_pair_is_asked(
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--embedding" in err and "no-such-model" in err and "Traceback" not in err, err
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.simulation
+@pytest.mark.parametrize("target, delta", [(0.9, 0.05), (0.8, 0.1)])
+def test_a_top_k_target_holds_over_seeds_against_a_simulated_oracle(target, delta):
+    """The model's P(yes) of a pair is its score plus noise, so a row's top k lies beyond its best
+    scores now and then; the share of left rows whose top k lies inside their candidates is at
+    least the target in at least 1 - delta of the seeds."""
+    import numpy as np
+
+    from quail.ops.candidates import VectorProduct
+    from quail.runtime.blocking import _top_k
+    from quail.runtime.join import ranked
+
+    rows, m, k, held = 400, 60, 2, 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        left, right = rng.standard_normal((rows, 8)), rng.standard_normal((m, 8))
+        product = VectorProduct(left, right)
+        truth = product.score(np.arange(product.size)) + rng.normal(0, 0.05, product.size)
+        p = 1 / (1 + np.exp(-4 * truth))
+        p_of: dict[int, float] = {}
+
+        def ask(ids, p=p, p_of=p_of):
+            p_of.update((int(i), float(p[i])) for i in ids)
+            return p[ids] >= 0.5
+
+        report = _top_k(product, ask, p_of, k, 0.0, target, delta, seed)
+        inside = 0
+        for i in range(rows):
+            top = {j for j, _ in ranked(p[i * m:(i + 1) * m].tolist(), 0.0, k)}
+            inside += top <= {j for j in range(m) if i * m + j in p_of}
+        held += inside / rows >= target
+        assert k <= report["candidates"] <= m and report["recall_lower"] >= target
+        assert len(p_of) < product.size / 2  # it asked fewer than half the pairs
+    assert held >= (1 - delta) * 200
+
+
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_a_top_k_target_on_a_small_table_samples_every_left_row_and_is_exact(tmp_path, tables):
+    full, _ = join(tmp_path, tables, "full", "--top-k", "1", "--no-answer-store")
+    blocked, stats = join(tmp_path, tables, "top", "--top-k", "1", "--recall-target", "0.9", "--no-answer-store")
+    b = stats["blocking"]
+    assert b["mode"] == "top-k" and b["sampled_rows"] == len(LEFT) and b["recall_lower"] == 1.0
+    assert _pairs(blocked).keys() == _pairs(full).keys()

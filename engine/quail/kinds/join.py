@@ -22,7 +22,7 @@ from quail.kinds.settings import (
     cascade_from_args,
 )
 from quail.kinds.words import ANCHOR, partner_name
-from quail.planner.recall import FIRST_CUT, predict_blocked
+from quail.planner.recall import FIRST_CUT, TOP_K_SLACK, predict_blocked, sample_size
 from quail.prefix_tree import stem
 from quail.specs import METRICS, OperatorSpec
 
@@ -132,10 +132,14 @@ class JoinSettings(Settings):
 
 def asked_share(spec: OperatorSpec, left: int, right: int) -> float:
     """The share of the product a join is expected to ask before any pair is: every pair, or a
-    blocked join's (a recall target's as planner/recall.py predicts it; candidates and their sample)."""
+    blocked join's (a recall target's as planner/recall.py predicts it; candidates and their sample;
+    a top-k target's sample of left rows asked about every right row, and k candidates a row)."""
     pairs, rows = left * right, max(left, right)
     if not pairs or (spec.recall_target is None and spec.candidates is None):
         return 1.0
+    if spec.recall_target is not None and spec.top_k is not None:
+        sampled = min(left, sample_size(left, (1 - spec.recall_target) * left, TOP_K_SLACK, spec.recall_delta))
+        return min(1.0, (sampled * right + (left - sampled) * min(spec.top_k, right)) / pairs)
     if spec.candidates is not None:
         chosen = left * min(spec.candidates, right)
         return (chosen + min(pairs - chosen, math.ceil(FIRST_CUT * rows))) / pairs
@@ -144,8 +148,9 @@ def asked_share(spec: OperatorSpec, left: int, right: int) -> float:
 
 def check_blocking(target: float | None, delta: float, candidates: int | None, embedding: str | None,
                    top_k: int | None, cascade: bool) -> None:
-    """A blocked join's settings: a recall target certified at a level, or each left row's best
-    candidates; never both, and (for now) neither with top_k's ranking over every right row nor a cascade."""
+    """A blocked join's settings: a recall target certified at a level (over the product, or over
+    the left rows' top_k), or each left row's best candidates; never both, and (for now) neither
+    with a cascade."""
     if target is not None and not 0 < target <= 1:  # NaN too
         raise ValueError(f"recall_target must be in (0, 1], got {target}")
     if not 0 < delta < 1:
@@ -154,9 +159,6 @@ def check_blocking(target: float | None, delta: float, candidates: int | None, e
         raise ValueError(f"candidates must be at least 1, got {candidates}")
     if target is not None and candidates is not None:
         raise ValueError("recall_target and candidates are two ways to choose the pairs asked: give one")
-    if target is not None and top_k is not None:
-        raise ValueError("recall_target certifies a threshold join over the whole product; for each left row's "
-                         "top_k, choose the pairs asked with candidates")
     if cascade and (target is not None or candidates is not None):
         raise ValueError("a cascade answers every pair; it does not yet go with recall_target or candidates")
     if embedding is not None and target is None and candidates is None:

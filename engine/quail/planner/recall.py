@@ -35,6 +35,7 @@ from typing import Protocol
 import numpy as np
 
 FIRST_CUT = 2.0  # the first try asks about this many pairs per row of the larger side: a match and a rival
+TOP_K_SLACK = 1  # a top-k join's sample of left rows still certifies with this many rows missed
 
 
 class Product(Protocol):

@@ -23,7 +23,15 @@ from quail.executor.stats import Stats
 from quail.kinds.join import partner
 from quail.ops.candidates import VectorProduct
 from quail.ops.join import JoinResult
-from quail.planner.recall import FIRST_CUT, certify, draw_below, predict_blocked, upper_bound
+from quail.planner.recall import (
+    FIRST_CUT,
+    TOP_K_SLACK,
+    certify,
+    draw_below,
+    predict_blocked,
+    sample_size,
+    upper_bound,
+)
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
@@ -57,14 +65,17 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
         product, vector_stats = _product(session, spec, left, right, reuse, retain, truncate, left_rows, right_rows)
         stats.merge(vector_stats)
         seed = _seed(spec, left, right)
-        if spec.recall_target is not None:
+        if spec.recall_target is not None and spec.top_k is not None:
+            report = _top_k(product, ask, p_of, spec.top_k, spec.threshold, spec.recall_target, spec.recall_delta,
+                            seed)
+        elif spec.recall_target is not None:
             report = _certified(product, ask, spec.recall_target, spec.recall_delta, max(n, m), seed)
         else:
             report = _candidates(product, ask, spec.candidates or 1, spec.recall_delta, max(n, m), seed)
     else:
         report = {"mode": "empty", "pairs": 0, "asked": 0, "recall_lower": 1.0,
                   "why": "a side has no rows: the join is empty, and its recall 1"}
-    stats.blocking = report | {"embedding": spec.embedding or "the model's own hidden states",
+    stats.blocking = report | {"asked": len(p_of), "embedding": spec.embedding or "the model's own hidden states",
                                "matched": sum(p >= spec.threshold for p in p_of.values())}
     result, pairs = JoinResult([[] for _ in range(n)]), [cast(list[int], []) for _ in range(n)]
     for pair in sorted(p_of):
@@ -140,3 +151,38 @@ def _candidates(product: VectorProduct, ask: Callable[[np.ndarray], np.ndarray],
             "asked_above": len(chosen), "sampled_below": len(sample), "matched_above": matched, "found_below": found,
             "recall_estimate": total / (matched + max(estimate, found)) if total else 1.0,
             "recall_interval": [total / (matched + bound) if matched + bound else 1.0, 1.0], "delta": delta}
+
+
+def _top_k(product: VectorProduct, ask: Callable[[np.ndarray], np.ndarray], p_of: dict[int, float], k: int,
+           threshold: float, target: float, delta: float, seed: int) -> dict:
+    """Each left row's top_k among its c best-scoring right rows, c as small as makes the share of
+    left rows whose top k (the model's, over every right row) lies inside their candidates at least
+    `target` with probability 1 - delta. A uniform sample of left rows is asked about every right
+    row, so each one's top k is known, and the score rank it needs. The rows a c misses shrink as c
+    grows, so one level serves every c: c is the smallest at which the sampled rows it misses bound
+    the rows it misses to (1 - target) of them (should a smaller c have missed more, its sampled
+    rows would have too). The sampled rows' answers are exact; c candidates are asked of the rest."""
+    from quail.runtime.join import ranked  # here: runtime/join.py imports this module when it runs
+
+    rows, m = product.rows
+    allowed = (1 - target) * rows
+    n = min(rows, sample_size(rows, allowed, TOP_K_SLACK, delta))
+    sampled = np.sort(np.random.default_rng(seed).choice(rows, n, replace=False))
+    ask((sampled[:, None] * m + np.arange(m)).ravel())
+    need = np.zeros(n, np.int64)  # the candidates each sampled row needs: its top k's worst score rank
+    for s, i in enumerate(sampled.tolist()):
+        top = [j for j, _ in ranked([p_of[i * m + j] for j in range(m)], threshold, k)]
+        order = np.argsort(-(product.left[i] @ product.right.T), kind="stable")
+        rank = np.empty(m, np.int64)
+        rank[order] = np.arange(1, m + 1)
+        need[s] = max((int(rank[j]) for j in top), default=0)
+    tolerated = 0  # the most sampled rows missed that still bound the rows missed to `allowed`
+    while tolerated < n and upper_bound(rows, n, tolerated + 1, delta) <= allowed:
+        tolerated += 1
+    worst = np.sort(need)[::-1]
+    c = min(m, max(k, int(worst[tolerated]) if tolerated < n else k))
+    missed = int((need > c).sum())
+    ask(np.sort((np.arange(rows)[:, None] * m + product.best(c)).ravel()))
+    return {"mode": "top-k", "top_k": k, "candidates": c, "pairs": product.size, "sampled_rows": n,
+            "rows_missed": missed, "recall_lower": 1 - upper_bound(rows, n, missed, delta) / rows,
+            "target": target, "delta": delta}

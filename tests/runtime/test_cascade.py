@@ -372,7 +372,7 @@ def _dev(name: str) -> list[dict]:
     import csv
     from pathlib import Path
 
-    with open(Path(__file__).parents[1] / "bench" / "data" / name, newline="", encoding="utf-8") as f:
+    with open(Path(__file__).parents[2] / "bench" / "data" / name, newline="", encoding="utf-8") as f:
         return [r for r in csv.DictReader(f) if r["split"] == "dev"]
 
 

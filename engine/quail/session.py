@@ -47,9 +47,9 @@ if TYPE_CHECKING:
 
 
 class Session:
-    def __init__(self, loaded: LoadedModel, plan: PhysicalSettings) -> None:
+    def __init__(self, loaded: LoadedModel, settings: PhysicalSettings) -> None:
         self.loaded = loaded
-        self.engine = Engine(loaded.model, plan)
+        self.engine = Engine(loaded.model, settings)
         self.layout = PromptLayout(loaded.tokenizer, context=loaded.config.max_position)
         self.grammars = Grammars(loaded.tokenizer, loaded.config.vocab_size, loaded.name)  # an extract's, a map's
         self.options: dict = {}  # how Session.open made it: how its cascade models are opened
@@ -74,10 +74,10 @@ class Session:
         say(f"loaded {loaded.name} in {time.perf_counter() - started:.1f} s, {loaded.model.dtype} "
             f"({loaded.dtype_why}), attention {loaded.model.attention_name} ({loaded.model.attention_why})")
         started = time.perf_counter()
-        plan = PhysicalSettings.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
-        say(f"arena sized in {time.perf_counter() - started:.1f} s: {plan.arena_pages:,} pages")
+        settings = PhysicalSettings.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
+        say(f"arena sized in {time.perf_counter() - started:.1f} s: {settings.arena_pages:,} pages")
         started = time.perf_counter()
-        session = cls(loaded, plan)
+        session = cls(loaded, settings)
         say(f"cost model calibrated in {time.perf_counter() - started:.1f} s")
         session.options = dict(dtype=dtype, arena_pages=arena_pages, max_batch_tokens=max_batch_tokens, device=device,
                                gpu_memory_utilization=gpu_memory_utilization, say=say)

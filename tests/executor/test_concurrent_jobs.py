@@ -80,7 +80,7 @@ def test_jobs_share_passes_and_answer_as_if_alone(tiny_llama):
                (ref.tokens_computed, ref.tokens_naive, ref.tokens_reused)
     # the passes were shared: fewer of them than the jobs counted, each counting those it was in
     assert engine.scheduler.forward_passes < fs.forward_passes + cs.forward_passes + js.forward_passes
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
 
 
 def _failing(after: int):
@@ -110,12 +110,12 @@ def test_a_failing_job_leaves_the_others_and_the_retained_kv_alone(tiny_llama):
     assert isinstance(errors["bad"], RuntimeError) and "good" not in errors
     assert results["good"][0].passed == ref.passed
     # the failed job's pages were collected; the pool's KV survived and is still right
-    assert engine.free_pages + retained == engine.plan.arena_pages
+    assert engine.free_pages + retained == engine.settings.arena_pages
     again, stats = run_classify(engine, kept, [9], LABELS)
     scratch, _ = run_classify(_engine(tiny_llama), kept, [9], LABELS, reuse=Reuse.none())
     assert stats.tokens_reused["retention"] == sum(map(len, kept))
     np.testing.assert_allclose(again.probabilities, scratch.probabilities, atol=1e-4)
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
 
 
 class _Stop(Exception):

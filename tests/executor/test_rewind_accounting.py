@@ -28,7 +28,7 @@ def test_seed_second_predicate_costs_50000_tokens_instead_of_350000(tiny_llama):
     assert second.tokens_naive == 350_000
     assert stats.tokens_reused["rewind"] == 300_000
     assert stats.tokens_computed + sum(stats.tokens_reused.values()) == stats.tokens_naive
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
 
 
 def test_no_reuse_computes_the_naive_count(tiny_llama):
@@ -48,4 +48,4 @@ def test_no_reuse_computes_the_naive_count(tiny_llama):
     assert s1.tokens_naive == s2.tokens_naive == s2.tokens_computed
     assert s2.tokens_reused == {"rewind": 0, "sharing": 0, "retention": 0, "store": 0}
     assert s1.tokens_computed < s2.tokens_computed
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages

@@ -23,7 +23,7 @@ def _run(model, n: int):
     result, stats = run_filter(engine, _docs(n, n), [[11, 12], [13]], ANSWERS, threshold=0.0)
     assert len(result.passed) == n and all(result.passed)
     assert stats.tokens_reused["sharing"] > 0  # the preamble's pages were shared, not recomputed
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
     return engine.scheduler
 
 

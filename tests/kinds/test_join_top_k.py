@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from quail.cli.main import main
-from quail.runtime.join import ranked
+from quail.kinds.join import ranked
 
 MODEL = ["--model", "smollm2-135m", "--dtype", "float32"]
 

@@ -25,7 +25,7 @@ def engine(tiny_llama):
     e = Engine(tiny_llama, PhysicalSettings(arena_pages=96, max_batch_tokens=64))
     yield e
     e.pool.clear()
-    assert e.free_pages == e.plan.arena_pages
+    assert e.free_pages == e.settings.arena_pages
 
 
 def _stops(engine, docs, n=3):

@@ -31,7 +31,7 @@ def engine(tiny_llama):
     e = Engine(tiny_llama, PhysicalSettings(arena_pages=64, max_batch_tokens=256))
     yield e
     e.pool.clear()
-    assert e.free_pages == e.plan.arena_pages
+    assert e.free_pages == e.settings.arena_pages
 
 
 def test_classify_teacher_forcing_with_shared_first_tokens(engine):

@@ -46,7 +46,7 @@ def test_vectors_are_the_mean_hidden_state_after_the_vector_layer(models, max_ba
     for doc, v in zip(docs, vectors):
         np.testing.assert_allclose(v, _reference(hf, doc, model.vector_layer), atol=1e-4)
     assert stats.tokens_computed + sum(stats.tokens_reused.values()) == stats.tokens_naive
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
 
 
 def test_a_retained_or_shared_document_gives_the_same_vector_and_is_kept_for_the_join(models):
@@ -64,7 +64,7 @@ def test_a_retained_or_shared_document_gives_the_same_vector_and_is_kept_for_the
     _, joined = run_join(engine, docs, [[50, 51], [52]], PairQuestion([], [9, 10]), answers, retain=Retain())
     assert joined.tokens_reused["retention"] > 0  # the join's anchors took the vectors' KV
     engine.pool.clear()
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
 
 
 def test_stored_vectors_are_read_once_and_keyed_by_their_layer(models, tmp_path):

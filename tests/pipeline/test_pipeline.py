@@ -68,7 +68,7 @@ def test_pipeline_reuses_kv_across_operators_and_matches_scratch(pipeline, tmp_p
 
     assert _cli("pipeline", pipeline) == 0
     engine = sessions[-1].engine
-    assert engine.free_pages == engine.plan.arena_pages and len(engine.pool) == 0  # the last consumer released
+    assert engine.free_pages == engine.settings.arena_pages and len(engine.pool) == 0  # the last consumer released
     reused = _outputs(tmp_path)
     assert _cli("pipeline", pipeline, "--no-reuse") == 0
     scratch = _outputs(tmp_path)

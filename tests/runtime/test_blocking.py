@@ -116,9 +116,9 @@ def test_a_top_k_target_holds_over_seeds_against_a_simulated_oracle(target, delt
     least the target in at least 1 - delta of the seeds."""
     import numpy as np
 
+    from quail.kinds.join import ranked
     from quail.ops.candidates import VectorProduct
     from quail.runtime.blocking import _top_k
-    from quail.runtime.join import ranked
 
     rows, m, k, held = 400, 60, 2, 0
     for seed in range(200):

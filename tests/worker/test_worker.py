@@ -57,7 +57,7 @@ def test_jobs_match_local_compute_and_retention_crosses_jobs(worker, smollm2):
     assert status["stats"]["tokens_reused"]["retention"] > 0  # the filter's KV, kept for this task
     assert status["rows_done"] == len(TEXTS)
     engine = server.session.engine
-    assert engine.free_pages == engine.plan.arena_pages  # the last consumer released it
+    assert engine.free_pages == engine.settings.arena_pages  # the last consumer released it
     local = Session(smollm2, PhysicalSettings(arena_pages=256, max_batch_tokens=512))
     expected, _ = compute(local, SPECS[0], p["sport"], Reuse.none(), _inputs())
     assert answers.column("passed").to_pylist() == expected.column("passed").to_pylist()
@@ -184,10 +184,10 @@ def test_a_job_that_breaks_halfway_frees_its_pages_and_the_next_one_runs(worker,
     job, _ = client.submit(Identity("d", "f", "r1"), spec, plan([spec])["f"], Reuse(), _inputs())
     status = client.wait(job, poll=0.05)
     assert status["state"] == "failed" and "device lost" in status["error"]
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
     job, _ = client.submit(Identity("d", "f", "r2"), spec, plan([spec])["f"], Reuse(), _inputs())
     assert client.wait(job, poll=0.05)["state"] == "done"
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
 
 
 def test_concurrent_jobs_share_forward_passes(worker):
@@ -219,7 +219,7 @@ def test_cancelling_a_running_job_stops_it_and_frees_its_pages(worker):
     assert status["state"] == "cancelled" and status["rows_done"] < len(texts)
     engine = server.session.engine
     engine.scheduler.call(engine.pool.clear)  # what the filter kept for the classify
-    assert engine.free_pages == engine.plan.arena_pages
+    assert engine.free_pages == engine.settings.arena_pages
     again, attached = client.submit(identity, SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
     assert again != job and not attached  # a retry after a cancel computes anew
     assert client.wait(again, poll=0.05)["state"] == "done"

@@ -140,8 +140,8 @@ def compute(args: argparse.Namespace, pipeline: Pipeline, explain: bool, words: 
     if explain:
         engine = session.engine
         runner.plan_windows(session, plan, reuse)
-        print(describe_plan(plan, runner.predict(session, plan), engine.cost, engine.plan.arena_pages,
-                            engine.pool.capacity, engine.plan.memory))
+        print(describe_plan(plan, runner.predict(session, plan), engine.cost, engine.settings.arena_pages,
+                            engine.pool.capacity, engine.settings.memory))
         return
     bars = []
 

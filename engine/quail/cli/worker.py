@@ -145,7 +145,7 @@ def serve(args: argparse.Namespace) -> None:
     if not given:
         write_token(location, token)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
-    print(f"quail worker: {session.loaded.name} on {location}; {session.engine.plan.memory.describe()}",  # type: ignore[union-attr]
+    print(f"quail worker: {session.loaded.name} on {location}; {session.engine.settings.memory.describe()}",  # type: ignore[union-attr]
           file=sys.stderr, flush=True)
     server.serve()
     server.drain()

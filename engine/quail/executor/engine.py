@@ -52,18 +52,18 @@ class PhysicalSettings:
 
 
 class Engine:
-    def __init__(self, model: LlamaModel, plan: PhysicalSettings, cost: CostModel | None = None):
+    def __init__(self, model: LlamaModel, settings: PhysicalSettings, cost: CostModel | None = None):
         cfg = model.cfg
         self.model = model
-        self.plan = plan
-        self.cost = cost or measured_cost(model, plan.max_batch_tokens)
-        pages = PageArena(plan.arena_pages, plan.page_size)
-        kv = KVArena(cfg.num_layers, plan.arena_pages, cfg.num_kv_heads, cfg.head_dim, model.dtype, model.device)
+        self.settings = settings
+        self.cost = cost or measured_cost(model, settings.max_batch_tokens)
+        pages = PageArena(settings.arena_pages, settings.page_size)
+        kv = KVArena(cfg.num_layers, settings.arena_pages, cfg.num_kv_heads, cfg.head_dim, model.dtype, model.device)
         self.cache = PagedKVCache(pages, kv)
-        self.pool = RetentionPool(self.cache, retention.capacity(plan.arena_pages, plan.max_batch_tokens,
-                                                                 plan.page_size), self.cost)
+        self.pool = RetentionPool(self.cache, retention.capacity(settings.arena_pages, settings.max_batch_tokens,
+                                                                 settings.page_size), self.cost)
         runner = ModelRunner(model, self.cache)
-        self.scheduler = Scheduler(runner, self.cache, self.pool, self.cost, plan.max_batch_tokens)
+        self.scheduler = Scheduler(runner, self.cache, self.pool, self.cost, settings.max_batch_tokens)
 
     @property
     def free_pages(self) -> int:
@@ -75,14 +75,14 @@ class Engine:
 
     def sharing_plan(self, docs: list[list[int]]) -> PrefixTree:
         """The PrefixTree with the prefix sharing rule applied to each document's shared pages."""
-        tree = PrefixTree.build(docs, self.plan.page_size)
+        tree = PrefixTree.build(docs, self.settings.page_size)
         worthless = {i for i, s in enumerate(tree.shared)
-                     if s and not self.cost.sharing_saves(s, s // self.plan.page_size)}
+                     if s and not self.cost.sharing_saves(s, s // self.settings.page_size)}
         return tree.without(worthless) if worthless else tree
 
     def run(self, programs: list[Program], progress: Callable[[int, int], None] | None = None,
             reuse: Reuse = Reuse()) -> tuple[list, Stats]:
-        stats = Stats(pages_total=self.plan.arena_pages)
+        stats = Stats(pages_total=self.settings.arena_pages)
         start = time.perf_counter()
         # identical documents are computed once and their answers fanned out (counted as prefix reuse)
         first: dict[str, int] = {}

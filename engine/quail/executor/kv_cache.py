@@ -53,7 +53,7 @@ class PagedKVCache:
             seq.credits = {}
         return child
 
-    def prefix(self, seq: Seq, length: int) -> Seq:
+    def share(self, seq: Seq, length: int) -> Seq:
         """A new sequence referencing seq's first `length` tokens (whole pages), credited as shared."""
         if length % self.page_size or length > len(seq):
             raise ValueError(f"a shared prefix is whole pages within the sequence, got {length} of {len(seq)}")

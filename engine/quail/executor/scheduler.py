@@ -125,7 +125,7 @@ class Scheduler:
             claimed = self.pool.take(key) if key else None
             start = claimed
             if claimed is None and bucket.hold is not None:
-                start = self.cache.prefix(bucket.hold, bucket.length)
+                start = self.cache.share(bucket.hold, bucket.length)
             if bucket.exhausted and bucket.hold is not None:
                 adm.unhold(bucket)
             adm.reserved += g.programs[i].pages
@@ -151,7 +151,7 @@ class Scheduler:
             for req in act.requests:
                 seq = req.ext.seq
                 if len(seq) >= b.length and seq.tokens[: b.length] == prefix:
-                    self.admission.hold(b, self.cache.prefix(seq, b.length))
+                    self.admission.hold(b, self.cache.share(seq, b.length))
                     buckets.remove(b)
                     g.open(b)
                     break

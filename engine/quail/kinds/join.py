@@ -146,6 +146,16 @@ def asked_share(spec: OperatorSpec, left: int, right: int) -> float:
     return predict_blocked(pairs, rows, spec.recall_target or 1.0, spec.recall_delta) / pairs
 
 
+def ranked(p_yes: list[float], threshold: float, top_k: int | None,
+           right: list[int] | None = None) -> list[tuple[int, float]]:
+    """One left row's right rows (index, P(yes)) at or above the threshold, best first, ties in
+    right row order; the first `top_k` of them if given. `right`: the right rows `p_yes` answers
+    (None: every one, in order)."""
+    kept = sorted(((j, p) for j, p in zip(right or range(len(p_yes)), p_yes) if p >= threshold),
+                  key=lambda jp: (-jp[1], jp[0]))
+    return kept[:top_k] if top_k is not None else kept
+
+
 def check_blocking(target: float | None, delta: float, candidates: int | None, embedding: str | None,
                    top_k: int | None, cascade: bool) -> None:
     """A blocked join's settings: a recall target certified at a level (over the product, or over

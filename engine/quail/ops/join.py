@@ -119,11 +119,12 @@ def run_join(
     for anchor, row in zip(anchors, rows):
         mine = [partners[j] for j in row]
         longest = max((len(p) for p in mine), default=0)
-        fanout = max(1, min(len(mine), engine.plan.max_batch_tokens // max(longest, 1)))
+        fanout = max(1, min(len(mine), engine.settings.max_batch_tokens // max(longest, 1)))
         # rewinding, the anchor and the partners' common opening are kept; the pairs fork them
         head = len(anchor) + (stem(mine) if reuse.rewind else 0)
         pages = partial(program_pages, engine.cache.pages_for, reuse.rewind, head, longest)  # of n pairs at once
-        fan = max(1, min(fanout, (engine.plan.arena_pages - pages(0)) // (pages(1) - pages(0))))  # as the arena holds
+        # as many pairs at once as the arena holds
+        fan = max(1, min(fanout, (engine.settings.arena_pages - pages(0)) // (pages(1) - pages(0))))
         programs.append(Program(make(engine, anchor, mine, [n_doc[j] for j in row], len(condition.lead), yes_no, fan,
                                      retain), pages(fan), anchor))
     asks = [i for i, row in enumerate(rows) if row]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from quail.executor.stats import Stats
-from quail.kinds.join import partner
+from quail.kinds.join import partner, ranked
 from quail.ops.candidates import VectorProduct
 from quail.ops.join import JoinResult
 from quail.planner.recall import (
@@ -45,7 +45,7 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
     """Each left row's P(yes) of the right rows it asked, and which (per left row, in order)."""
     n, m = len(left), len(right)
     p_of: dict[int, float] = {}  # pair id (i * m + j) -> P(yes)
-    stats = Stats(pages_total=session.engine.plan.arena_pages)
+    stats = Stats(pages_total=session.engine.settings.arena_pages)
 
     def ask(ids: np.ndarray) -> np.ndarray:
         rows: dict[int, list[int]] = defaultdict(list)
@@ -162,8 +162,6 @@ def _top_k(product: VectorProduct, ask: Callable[[np.ndarray], np.ndarray], p_of
     grows, so one level serves every c: c is the smallest at which the sampled rows it misses bound
     the rows it misses to (1 - target) of them (should a smaller c have missed more, its sampled
     rows would have too). The sampled rows' answers are exact; c candidates are asked of the rest."""
-    from quail.runtime.join import ranked  # here: runtime/join.py imports this module when it runs
-
     rows, m = product.rows
     allowed = (1 - target) * rows
     n = min(rows, sample_size(rows, allowed, TOP_K_SLACK, delta))

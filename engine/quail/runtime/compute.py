@@ -62,7 +62,7 @@ def parts(session: Session, spec: OperatorSpec, docs: list[list[int]], use_store
     and take no room, so a rerun whose answers are stored runs in one part."""
     stored = runtime_of(spec.kind).store_hits(session, spec, docs, [], False) \
         if use_store and session.store is not None else {}
-    room, page = session.engine.pool.capacity / 2, session.engine.plan.page_size
+    room, page = session.engine.pool.capacity / 2, session.engine.settings.page_size
     cuts, lo, pages = [], 0, 0
     for i, doc in enumerate(docs):
         if i in stored:
@@ -98,7 +98,7 @@ def _probes(session: Session, plan: Plan, spec: OperatorSpec, partners: list[str
         stored = runtime.store_hits_all(session, spec, probes.docs, partners)
     else:
         stored = runtime.store_hits(session, spec, probes.docs, partners, True) if use_store else {}
-    return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.plan.page_size, stored)
+    return predict_calibration(plan[spec.name], spec.kind, probes, session.engine.settings.page_size, stored)
 
 
 def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[int]], partners: list[str],
@@ -111,7 +111,7 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     use_store = use_store and session.store is not None
     t = _tokens(session, spec, docs, partners, truncate)
     stored = runtime_of(spec.kind).store_hits(session, spec, t.docs, partners, False) if use_store else {}
-    p = predict_operator(plan, spec.name, t, session.engine.plan.page_size, reached, stored)
+    p = predict_operator(plan, spec.name, t, session.engine.settings.page_size, reached, stored)
     p.add(_probes(session, plan, spec, partners, truncate, use_store, probed))
     return p
 
@@ -144,6 +144,6 @@ def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, results:
     for texts, partners in asked:
         if texts:
             t = _tokens(cascade_model, spec, cascade_model.layout.documents(texts), partners, truncate)
-            p.add(predict_fresh(plan[spec.name], spec.kind, t, cascade_model.engine.plan.page_size))
+            p.add(predict_fresh(plan[spec.name], spec.kind, t, cascade_model.engine.settings.page_size))
             p.add(_probes(cascade_model, plan, spec, partners, truncate, False))
     return p

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.kinds import kind_of
-from quail.kinds.join import keys, pair_room, partner, render
+from quail.kinds.join import keys, pair_room, partner, ranked, render
 from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.specs import OperatorSpec
 
@@ -79,13 +79,3 @@ class JoinRuntime(KindRuntime):
         if "cascaded" in results.column_names:
             columns["cascaded"] = results.column("cascaded")
         return pa.table(columns)
-
-
-def ranked(p_yes: list[float], threshold: float, top_k: int | None,
-           right: list[int] | None = None) -> list[tuple[int, float]]:
-    """One left row's right rows (index, P(yes)) at or above the threshold, best first, ties in
-    right row order; the first `top_k` of them if given. `right`: the right rows `p_yes` answers
-    (None: every one, in order)."""
-    kept = sorted(((j, p) for j, p in zip(right or range(len(p_yes)), p_yes) if p >= threshold),
-                  key=lambda jp: (-jp[1], jp[0]))
-    return kept[:top_k] if top_k is not None else kept

@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from bench.common.results import parser, write_json
-from quail.planner.recall import ScoredProduct, certify, predict_asked
+from quail.planner.recall import ScoredProduct, certify
+from quail.sampling import predict_asked
 
 
 def world(rows: int, seed: int, hard: float) -> tuple[ScoredProduct, np.ndarray]:

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from quail.planner.recall import ScoredProduct, certify, combined, predict_asked, tail, upper_bound, window_delta
+from quail.planner.recall import ScoredProduct, certify, combined, window_delta
+from quail.sampling import predict_asked, tail, upper_bound
 
 
 def world(rows: int, seed: int, hard: float = 0.05, mu: float = 6.0, gap: float = 1.5):

@@ -22,8 +22,8 @@ from quail.kinds.settings import (
     cascade_from_args,
 )
 from quail.kinds.words import ANCHOR, partner_name
-from quail.planner.recall import FIRST_CUT, TOP_K_SLACK, predict_blocked, sample_size
 from quail.prefix_tree import stem
+from quail.sampling import FIRST_CUT, TOP_K_SLACK, predict_blocked, sample_size
 from quail.specs import METRICS, OperatorSpec
 
 

@@ -23,15 +23,8 @@ from quail.executor.stats import Stats
 from quail.kinds.join import partner, ranked
 from quail.ops.candidates import VectorProduct
 from quail.ops.join import JoinResult
-from quail.planner.recall import (
-    FIRST_CUT,
-    TOP_K_SLACK,
-    certify,
-    draw_below,
-    predict_blocked,
-    sample_size,
-    upper_bound,
-)
+from quail.planner.recall import certify, draw_below
+from quail.sampling import FIRST_CUT, TOP_K_SLACK, predict_blocked, sample_size, upper_bound
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:

@@ -202,7 +202,7 @@ def systems(s: Session, w: Workload, model: str, hf: Transformers | None):
     def quail(reuse):
         def run():
             out = w.quail(reuse)
-            assert s.engine.free_pages == s.engine.plan.arena_pages  # nothing left behind
+            assert s.engine.free_pages == s.engine.settings.arena_pages  # nothing left behind
             return out
         return run
 

@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> None:
         res["model"] = {"shape": "Qwen2.5-1.5B" if not small else "tiny Qwen2", "params": params,
                         "config": hf.config.to_dict(), "dtype": "bfloat16",
                         "transformers_attention": hf.config._attn_implementation, "build_s": built,
-                        "engine_start_s": calibrated, "max_batch_tokens": mbt, "arena_pages": s.engine.plan.arena_pages,
+                        "engine_start_s": calibrated, "max_batch_tokens": mbt, "arena_pages": s.engine.settings.arena_pages,
                         "tokenizer": str(args.tokenizer), "documents": source}
         res["model"]["config"] = {k: v for k, v in res["model"]["config"].items()
                                   if isinstance(v, (int, float, str, bool, type(None), dict, list))}
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
         p = g.run_prefill(s, state["hf"], docs, device, budgets, [int(x) for x in args.prefill_hf_batches.split(",")],
                           repeats, clock, log=lambda m: print(m, flush=True))
         res["prefill"] = p
-        default = str(s.engine.plan.max_batch_tokens)
+        default = str(s.engine.settings.max_batch_tokens)
         quail = p["quail"].get(default) or max(p["quail"].values(), key=lambda r: r["tok_s"])
         res["prefill_tok_s"] = {"quail": quail["tok_s"],
                                 "transformers": max(r["tok_s"] for r in p["transformers"].values()),

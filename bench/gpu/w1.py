@@ -142,7 +142,7 @@ def run_w1(s: Session, hf, texts: list[str], predicates: list[str], device: torc
     threshold = median_p(p[0] for p in probe.p_yes)
     s.filter(texts, predicates, threshold)  # warm-up
     quail_times, (result, stats) = timed(lambda: s.filter(texts, predicates, threshold), device, repeats, clock)
-    assert s.engine.free_pages == s.engine.plan.arena_pages, "Quail left pages behind"
+    assert s.engine.free_pages == s.engine.settings.arena_pages, "Quail left pages behind"
     log(f"  Quail: {statistics.median(quail_times):.2f} s {[round(t, 2) for t in quail_times]}, "
         f"{stats.tokens_computed:,} of {stats.tokens_naive:,} tokens computed")
     docs = [s.layout.document(t) for t in texts]
@@ -178,7 +178,7 @@ def run_w1(s: Session, hf, texts: list[str], predicates: list[str], device: torc
             "x_batched": baselines["batched"]["seconds"] / quail_s, "documents": len(texts),
             "document_tokens_mean": sum(map(len, docs)) / len(docs), "predicates": predicates,
             "threshold": threshold, "passed": sum(result.passed), "batch": batch,
-            "max_batch_tokens": s.engine.plan.max_batch_tokens, "quail_times": quail_times,
+            "max_batch_tokens": s.engine.settings.max_batch_tokens, "quail_times": quail_times,
             "stats": stats.to_dict(), "rowwise": baselines["rowwise"], "batched": baselines["batched"]}
 
 
@@ -230,5 +230,5 @@ def run_prefill(s: Session, hf, docs: list[list[int]], device: torch.device, bud
             out[name][str(size)] = {"seconds": sec, "tok_s": tokens / sec, "times": times}
             log(f"  {name} {'max_batch_tokens' if name == 'quail' else 'batch'} {size}: {tokens / sec:,.0f} tok/s "
                 f"({sec:.3f} s)")
-    assert s.engine.free_pages == s.engine.plan.arena_pages, "prefill left pages behind"
+    assert s.engine.free_pages == s.engine.settings.arena_pages, "prefill left pages behind"
     return out

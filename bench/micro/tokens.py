@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
             stats = run(s, Reuse())
             seconds = time.perf_counter() - start
             quail = sum(st.tokens_computed for st in stats)
-            assert s.engine.free_pages == s.engine.plan.arena_pages  # nothing left behind
+            assert s.engine.free_pages == s.engine.settings.arena_pages  # nothing left behind
             lru = lru_block_cache(prompts, arenas[arena].arena_pages)
             rows.append({"workload": name, "arena": arena, "arena_pages": arenas[arena].arena_pages, "naive": naive,
                          "lru": lru, "quail": quail, "bound": bound, "seconds": round(seconds, 1)})

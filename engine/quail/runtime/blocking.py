@@ -6,6 +6,9 @@ or a sentence-transformers model's, ops/embedding.py); the vectors score every p
 - a recall target: the pairs above a score cut and a sample below it are asked, and the output is
   certified to hold at least `recall_target` of the full join with probability 1 - `recall_delta`
   (planner/recall.py), or every pair is asked where that costs less;
+- a recall target with top_k: a sample of left rows is asked about every right row, and every
+  left row asks as many best-scoring candidates as certify the share of left rows whose top k
+  lies inside them;
 - candidates: each left row asks its K best-scoring right rows, and a sample of the other pairs
   estimates the recall, stated as an estimate.
 The output is every asked pair the model matched. The sample is drawn with a seed from the

@@ -35,7 +35,8 @@ class ModelRunner:
         q_len: list[int] = []
         k_len: list[int] = []
         tables: list[list[int]] = []
-        pooled: list[int] = []
+        pool_rows: list[int] = []
+        pool_into: list[int] = []
         vectors = 0
         offset = 0
         for c in chunks:
@@ -48,11 +49,10 @@ class ModelRunner:
             q_len.append(len(c.tokens))
             k_len.append(len(c.seq))
             tables.append(c.seq.pages)
-            into = [-1] * len(c.tokens)
             if c.pool is not None and len(c.pool):
-                into[c.pool.start: c.pool.stop] = [vectors] * len(c.pool)
+                pool_rows.extend(range(offset + c.pool.start, offset + c.pool.stop))
+                pool_into.extend([vectors] * len(c.pool))
                 vectors += 1
-            pooled.extend(into)
             offset += len(c.tokens)
         self.cache.pages.check_live(np.concatenate([np.asarray(t, dtype=np.int64) for t in tables]))
         dev = self.model.device
@@ -64,7 +64,8 @@ class ModelRunner:
                 np.array(q_start), np.array(q_len), np.array(k_len), tables, self.cache.page_size, dev
             ),
             logit_rows=torch.tensor(rows, dtype=torch.long, device=dev),
-            pooled=torch.tensor(pooled, dtype=torch.long, device=dev) if vectors else None,
+            pool_rows=torch.tensor(pool_rows, dtype=torch.long, device=dev) if vectors else None,
+            pool_into=torch.tensor(pool_into, dtype=torch.long, device=dev) if vectors else None,
             vectors=vectors,
         )
         out = self.model.forward(batch, self.cache.kv)

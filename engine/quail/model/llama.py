@@ -38,14 +38,15 @@ class ForwardBatch:
     slots: torch.Tensor  # [T] flat KV slots to write
     attention: AttentionMeta
     logit_rows: torch.Tensor  # [R] rows of T whose next-token log-probs are wanted
-    pooled: torch.Tensor | None = None  # [T] per row, the vector (0..V-1) its hidden state is summed into, or -1
+    pool_rows: torch.Tensor | None = None  # [P] rows of T whose hidden states are summed into vectors
+    pool_into: torch.Tensor | None = None  # [P] the vector (0..V-1) each of them is summed into
     vectors: int = 0  # V
 
 
 @dataclass
 class ForwardOutput:
     logprobs: torch.Tensor  # fp32 [R, vocab]
-    vectors: torch.Tensor | None  # fp32 [V, hidden]: each vector's sum of the hidden states after VECTOR_LAYER
+    vectors: torch.Tensor | None  # fp32 [V, hidden]: each vector's sum of hidden states after `vector_layer` blocks
 
 
 @dataclass
@@ -152,8 +153,8 @@ class LlamaModel:
         rows = max(1, -(-len(x) // blocks))  # even blocks, so none is a single row unless the pass is
         vectors = None
         for i, layer in enumerate(self.layers):
-            if i == self.vector_layer and batch.pooled is not None:
-                vectors = _sum_rows(x, batch.pooled, batch.vectors)
+            if i == self.vector_layer and batch.vectors:
+                vectors = _pooled(x, batch)
             h = self._rms_norm(x, layer.attn_norm)
             qkv = layer.qkv(h)
             qk, v = qkv.split([(h_q + h_kv) * d, h_kv * d], dim=-1)
@@ -163,13 +164,13 @@ class LlamaModel:
             x = x + layer.o(attn.reshape(-1, h_q * d))
             for r in range(0, len(x), rows):
                 x[r: r + rows] += self._mlp(x[r: r + rows], layer)
-        if vectors is None and batch.pooled is not None:  # a model of fewer layers than the depth asks
-            vectors = _sum_rows(x, batch.pooled, batch.vectors)
+        if vectors is None and batch.vectors:  # a model of fewer layers than the depth asks
+            vectors = _pooled(x, batch)
         x = self._rms_norm(x[batch.logit_rows], self.norm)
         return ForwardOutput(torch.log_softmax(F.linear(x, self.lm_head).float(), dim=-1), vectors)
 
 
-def _sum_rows(x: torch.Tensor, into: torch.Tensor, n: int) -> torch.Tensor:
-    rows = torch.nonzero(into >= 0).squeeze(1)
-    return torch.zeros(n, x.shape[1], dtype=torch.float32, device=x.device).index_add_(
-        0, into[rows], x[rows].float())
+def _pooled(x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+    assert batch.pool_rows is not None and batch.pool_into is not None
+    return torch.zeros(batch.vectors, x.shape[1], dtype=torch.float32, device=x.device).index_add_(
+        0, batch.pool_into, x[batch.pool_rows].float())

@@ -116,17 +116,20 @@ def run_join(
     retain = retain if reuse.retention else None
     make = _anchored if reuse.rewind else _scratch
     programs = []
+    laid_out: dict[int, tuple[list[list[int]], list[int], int, int]] = {}  # the full join's rows are one list
     for anchor, row in zip(anchors, rows):
-        mine = [partners[j] for j in row]
-        longest = max((len(p) for p in mine), default=0)
+        if id(row) not in laid_out:
+            mine = [partners[j] for j in row]
+            laid_out[id(row)] = (mine, [n_doc[j] for j in row], stem(mine) if reuse.rewind else 0,
+                                 max((len(p) for p in mine), default=0))
+        mine, docs, common, longest = laid_out[id(row)]
         fanout = max(1, min(len(mine), engine.settings.max_batch_tokens // max(longest, 1)))
         # rewinding, the anchor and the partners' common opening are kept; the pairs fork them
-        head = len(anchor) + (stem(mine) if reuse.rewind else 0)
-        pages = partial(program_pages, engine.cache.pages_for, reuse.rewind, head, longest)  # of n pairs at once
-        # as many pairs at once as the arena holds
+        pages = partial(program_pages, engine.cache.pages_for, reuse.rewind, len(anchor) + common, longest)
+        # as many pairs at once as the arena holds (pages(n): of n pairs at once)
         fan = max(1, min(fanout, (engine.settings.arena_pages - pages(0)) // (pages(1) - pages(0))))
-        programs.append(Program(make(engine, anchor, mine, [n_doc[j] for j in row], len(condition.lead), yes_no, fan,
-                                     retain), pages(fan), anchor))
+        programs.append(Program(make(engine, anchor, mine, docs, len(condition.lead), yes_no, fan, retain), pages(fan),
+                                anchor))
     asks = [i for i, row in enumerate(rows) if row]
     probs, stats = engine.run([programs[i] for i in asks], progress, reuse)
     result = JoinResult([[] for _ in anchors])

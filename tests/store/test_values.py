@@ -4,7 +4,7 @@ key is no answer, and is counted as rejected."""
 import logging
 from array import array
 
-from quail.store import WRITTEN
+from quail.store import VECTOR, WRITTEN
 from quail.store.signing import Signer
 from quail.store.values import Rejected, as_answer, fits
 
@@ -22,9 +22,17 @@ def test_a_written_output_is_a_flag_then_whole_token_ids_and_nothing_else_passes
     assert as_answer(raw(0.0, 12.0), 2) is None  # a probability is at most 1
 
 
+def test_a_vector_is_finite_numbers_of_any_sign_and_nothing_else_passes():
+    assert as_answer(raw(-3.5, 0.25, 1e6), VECTOR) == [-3.5, 0.25, 1e6]
+    for planted in (raw(0.5, float("nan")), raw(float("inf")), b"", b"abcdefghi"):
+        assert as_answer(planted, VECTOR) is None
+    assert as_answer(raw(-3.5), 1) is None  # a vector is no probability
+
+
 def test_an_answer_fits_its_width_and_any_written_output_fits_writtens():
     assert fits([0.5], 1) and not fits([0.5], 2) and not fits([0.5, 0.5], 1)
     assert fits([0.0, 3.0, 4.0], WRITTEN) and fits([1.0], WRITTEN)
+    assert fits([-3.5, 2.0], VECTOR) and not fits([], VECTOR)
 
 
 def test_values_that_are_no_answer_are_counted_as_unsigned_or_damaged(caplog):

@@ -148,17 +148,19 @@ class Session:
              retain: bool | Retain | None = None, truncate: bool = False,
              progress: Callable[[int, int], None] | None = None, left_rows: list[int] | None = None,
              right_rows: list[int] | None = None, calibration: str = "auto", partner: str = SECOND,
-             pairs: list[list[int]] | None = None, condition_first: bool = True) -> tuple[JoinResult, Stats]:
+             pairs: list[list[int]] | None = None, condition_first: bool = True,
+             bias: dict[int, float] | None = None) -> tuple[JoinResult, Stats]:
         """partner: what the prompt calls a right row ("headline"); the left row is the document.
         calibration: "contextual" divides out each right row's P(yes) against content-free left rows.
-        pairs: per left row, the right rows asked (its row of P(yes) in that order); None: every one."""
+        pairs: per left row, the right rows asked (its row of P(yes) in that order); None: every one.
+        bias: the right rows' content-free P(yes) known from earlier calls (ops/join.py stored_join)."""
         cond = render_join(self.layout, condition, partner, condition_first)
         other = self.context - pair_room(self.context, len(cond))  # what follows one document of a pair at most
         partners = fit(right, lambda texts: self.layout.partners(texts, partner), self.context, other, truncate,
                        right_rows, "right row")
         anchors = fit(left, self.layout.documents, self.context, other, truncate, left_rows, "left row")
         return stored_join(self._run(reuse, retain, progress), anchors, partners, cond, self.layout.yes_no,
-                           self._probes(calibration), pairs)
+                           self._probes(calibration), pairs, bias)
 
     def vectors(self, texts: list[str], reuse: bool | Reuse = True, retain: bool | Retain | None = None,
                 truncate: bool = False, rows: list[int] | None = None) -> tuple[VectorResult, Stats]:

@@ -43,6 +43,17 @@ def test_a_target_that_certifying_cannot_beat_asks_every_pair_and_says_so(tmp_pa
     assert _pairs(blocked).keys() == _pairs(full).keys()
 
 
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
+def test_a_calibrated_blocked_join_probes_each_right_row_once_and_answers_as_the_full_join(tmp_path, tables):
+    full, _ = join(tmp_path, tables, "full", "--calibration", "contextual", "--no-answer-store")
+    blocked, stats = join(tmp_path, tables, "blocked", "--calibration", "contextual", "--candidates", "2",
+                          "--no-answer-store")  # two asks: the candidates, then the sample of the rest
+    for pair, p in _pairs(blocked).items():
+        assert p == pytest.approx(_pairs(full)[pair], abs=1e-4)
+    assert stats["blocking"]["asked"] < 30
+
+
 @pytest.mark.parametrize("extra, match", [
     (["--recall-target", "0"], "recall_target must be in (0, 1]"),
     (["--recall-target", "1.5"], "recall_target must be in (0, 1]"),

@@ -146,12 +146,13 @@ class JoinAnswers(YesNo):
 
 
 def stored_join(run: Run, anchors: Documents, partners: Documents, condition: PairQuestion, yes_no: YesNoTokens,
-                probes: list[list[int]] | None = None,
-                pairs: list[list[int]] | None = None) -> tuple[JoinResult, Stats]:
+                probes: list[list[int]] | None = None, pairs: list[list[int]] | None = None,
+                bias: dict[int, float] | None = None) -> tuple[JoinResult, Stats]:
     """run_join with the answers the store holds, keeping the new ones. `probes`: contextual
     calibration's content-free documents (ops/calibration.py), paired with every right row that a
     left row asks, after the left rows (keeping nothing); each right row's mean P(yes) over them is
-    divided out of its pairs."""
+    divided out of its pairs. `bias`: the right rows' means found by earlier calls over the same
+    tables (a blocked join's tries), which are not asked again, and the new ones are added to it."""
     def asked(lefts: list[list[int]], main: bool, rows: list[list[int]] | None) -> tuple[JoinResult, Stats]:
         return with_answers(run.stored, lambda key: keys(key, condition, lefts, partners.tokens, probes is not None,
                                                          rows),
@@ -162,10 +163,13 @@ def stored_join(run: Run, anchors: Documents, partners: Documents, condition: Pa
     result, stats = asked(anchors.tokens, True, pairs)
     stats.rows_truncated = anchors.truncated + partners.truncated
     if probes is not None:
+        bias = {} if bias is None else bias
         rights = list(range(len(partners.tokens))) if pairs is None else sorted({j for row in pairs for j in row})
-        probe, probe_stats = asked(probes, False, None if pairs is None else [rights] * len(probes))
-        bias = dict(zip(rights, column_means(probe.p_yes)))
+        new = [j for j in rights if j not in bias]
+        if new:
+            probe, probe_stats = asked(probes, False, None if pairs is None else [new] * len(probes))
+            bias.update(zip(new, column_means(probe.p_yes)))
+            stats.merge(probe_stats)
         rows = pairs if pairs is not None else [rights] * len(result.p_yes)
         result.p_yes = [[yes_given(p, bias[j]) for p, j in zip(ps, row)] for ps, row in zip(result.p_yes, rows)]
-        stats.merge(probe_stats)
     return result, stats

@@ -41,6 +41,7 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
     """Each left row's P(yes) of the right rows it asked, and which (per left row, in order)."""
     n, m = len(left), len(right)
     p_of: dict[int, float] = {}  # pair id (i * m + j) -> P(yes)
+    bias: dict[int, float] = {}  # right row -> its content-free P(yes), where the model calibrates: probed once
     stats = Stats(pages_total=session.engine.settings.arena_pages)
 
     def ask(ids: np.ndarray) -> np.ndarray:
@@ -51,7 +52,7 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
         if rows:
             result, asked = session.join(left, right, spec.questions[0], reuse, retain, truncate, None, left_rows,
                                          right_rows, spec.calibration, partner(spec),
-                                         [rows.get(i, []) for i in range(n)], spec.condition_first)
+                                         [rows.get(i, []) for i in range(n)], spec.condition_first, bias)
             stats.merge(asked)
             for i, js in rows.items():
                 p_of.update((i * m + j, p) for j, p in zip(js, result.p_yes[i]))

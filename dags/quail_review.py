@@ -78,7 +78,7 @@ with DAG("quail_review", schedule=None, start_date=pendulum.datetime(2026, 1, 1,
     def apply(decision: dict) -> dict:
         """The final table: Accept keeps the reviewed rows with their corrections; Reject drops them."""
         table = read_source(str(OUT / "topic.parquet")).to_pylist()
-        reviewed = {r["id"] for r in table if r["cascaded"]}
+        reviewed = {r["id"] for r in table if r["escalated"]}
         [choice] = decision["chosen_options"]
         fixed = corrections(decision["params_input"].get("corrections", ""), reviewed) if choice == ACCEPT else {}
         rows = [{"id": r["id"], "text": r["text"], "label": fixed.get(r["id"], r["label"]),

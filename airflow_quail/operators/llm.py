@@ -15,7 +15,7 @@ from quail.kinds.map import DEFAULT_COLUMN, MapSettings
 
 
 class LLMFilterOperator(BaseLLMOperator):
-    """Keeps the rows of `source` for which every predicate holds (chain mode asks a predicate only
+    """Keeps the rows of `source` for which every predicate holds (rewind asks a predicate only
     of the rows that passed the ones before it).
 
     :param source: a .parquet or .csv path or URI, sql://CONN_ID/TABLE or sql://CONN_ID?query=SELECT ...
@@ -77,7 +77,7 @@ class LLMClassifyOperator(BaseLLMOperator):
 
 class LLMJoinOperator(BaseLLMOperator):
     """The pairs of `left` and `right` rows that satisfy `condition`, with `p_yes`; columns are
-    prefixed left_ and right_. Chain mode reads each left row once and rewinds past each right row.
+    prefixed left_ and right_. Rewind reads each left row once and rewinds past each right row.
 
     :param left: the anchors, read a window at a time (templated)
     :param right: the partners, read whole (templated)

@@ -19,7 +19,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def stem(sequences: list[list[int]]) -> int:
-    """Leading tokens every sequence shares, leaving each at least one token of its own (chain mode
+    """Leading tokens every sequence shares, leaving each at least one token of its own (rewind
     keeps them with the document and rewinds only past them)."""
     if len(sequences) < 2:
         return 0

@@ -25,9 +25,9 @@ def pipeline(tmp_path):
 def test_explain_prints_the_plan_and_writes_nothing(capsys, monkeypatch, pipeline, tmp_path):
     monkeypatch.setattr("quail.executor.engine.Engine.run", lambda *a, **k: pytest.fail("computed"))
     code, err, out = run(capsys, "explain", pipeline, *MODEL)
-    assert code == 0 and "predicted:" in out and "chain mode (KV rewind): on" in out, err
+    assert code == 0 and "predicted:" in out and "KV rewind (chain mode): on" in out, err
     code, err, out = run(capsys, "explain", pipeline, *MODEL, "--no-rewind")
-    assert code == 0 and "chain mode (KV rewind): off" in out, err
+    assert code == 0 and "KV rewind (chain mode): off" in out, err
     assert not list(tmp_path.glob("*sport*"))  # no output, stats or temporary file
 
 

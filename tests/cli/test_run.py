@@ -223,7 +223,7 @@ def test_explain_runs_nothing_and_each_mechanism_switches_off(tmp_path, news, ca
             "--threshold", "0"]
     assert run_cli(*base, "--explain") == 0
     out = capsys.readouterr().out
-    assert "chain mode (KV rewind): on" in out and "prefix sharing: on" in out and "predicted:" in out
+    assert "KV rewind (chain mode): on" in out and "prefix sharing: on" in out and "predicted:" in out
     assert "device cpu (" in out and "GiB of weights" in out and "1 GiB of KV, the CPU default" in out
     stats = tmp_path / "s.json"
     base.append("--no-answer-store")  # the same rows again: the store would answer them all

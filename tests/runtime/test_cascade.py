@@ -105,7 +105,7 @@ def test_a_worker_job_reports_each_models_tokens_and_predicts_them(sessions, tmp
     finally:
         server.shutdown()
     assert status["state"] == "done", status
-    assert answers["cascaded"].to_pylist().count(True) == status["stats"]["by_model"]["smollm2-135m"]["rows"] > 0
+    assert answers["escalated"].to_pylist().count(True) == status["stats"]["by_model"]["smollm2-135m"]["rows"] > 0
     # one predicate: every document is asked once by one model, then once more by the other if unsure
     assert status["predicted"]["tokens_naive"] == status["stats"]["tokens_naive"]
 
@@ -140,8 +140,8 @@ def test_the_cli_chooses_a_band_and_cascades_with_it(sessions, tiny_model_dir, n
                 "--model", tiny_model_dir, "--cascade", "smollm2-135m", "--cascade-band", low, high,
                 "--output", out, "--stats", stats) == 0
     table, s = pq.read_table(out), json.loads(stats.read_text())
-    assert table.column_names == ["id", "text", "sport", "passed", "p_yes_1", "cascaded"]
-    assert table["cascaded"].to_pylist().count(True) == s["by_model"].get("smollm2-135m", {}).get("rows", 0)
+    assert table.column_names == ["id", "text", "sport", "passed", "p_yes_1", "escalated"]
+    assert table["escalated"].to_pylist().count(True) == s["by_model"].get("smollm2-135m", {}).get("rows", 0)
     assert s["by_model"][tiny_model_dir.name]["rows"] == len(TEXTS)
     assert s["predicted"]["tokens_naive"] == s["tokens_naive"]
     assert s["tokens_computed"] + sum(s["tokens_reused"].values()) == s["tokens_naive"]
@@ -165,7 +165,7 @@ def test_a_target_chooses_the_band_on_the_first_window_and_every_window_keeps_it
     assert s["predicted"]["tokens_computed"] == s["tokens_computed"]
     assert _cli(*common, "--cascade-band", g["low"], g["high"], "--output", again) == 0
     a, b = pq.read_table(out).to_pylist(), pq.read_table(again).to_pylist()
-    assert [r["cascaded"] for r in a] == [r["cascaded"] for r in b]
+    assert [r["escalated"] for r in a] == [r["escalated"] for r in b]
     assert all(abs(x["p_yes_1"] - y["p_yes_1"]) < 1e-4 and x["passed"] == y["passed"] for x, y in zip(a, b))
 
 
@@ -223,7 +223,7 @@ def test_the_review_output_holds_exactly_the_rows_inside_the_band(sessions, tiny
               tiny_model_dir, "--cascade", "smollm2-135m", "--cascade-band", cascade.low, cascade.high]
     assert _cli(*common, "--output", out, "--review-output", review) == 0
     assert _cli(*common, "--output", everything, "--keep-all") == 0
-    inside = [r for r in pq.read_table(everything).to_pylist() if r["cascaded"]]
+    inside = [r for r in pq.read_table(everything).to_pylist() if r["escalated"]]
     assert inside and pq.read_table(review).to_pylist() == inside  # whatever the output keeps
     assert 0 < len(inside) < len(TEXTS)
     assert _cli("filter", news, "--text-column", "text", "--predicate", Q, "--model", tiny_model_dir,
@@ -264,9 +264,9 @@ def test_an_operator_stages_and_writes_the_rows_inside_the_band_for_review(sessi
     finally:
         server.shutdown()
     rows = pq.read_table(review).to_pylist()
-    assert manifest["windows"] == 2 and rows and all(r["cascaded"] for r in rows)
+    assert manifest["windows"] == 2 and rows and all(r["escalated"] for r in rows)
     assert len(rows) == manifest["stats"]["by_model"]["smollm2-135m"]["rows"]
-    assert {"id", "text", "sport", "passed", "p_yes_1", "cascaded"} <= set(rows[0])
+    assert {"id", "text", "sport", "passed", "p_yes_1", "escalated"} <= set(rows[0])
     with pytest.raises(AirflowException, match="review_output takes the rows inside a cascade's band"):
         LLMFilterOperator(task_id="f", source=str(news), text_column="text", predicates=[Q], target=str(out),
                           review_output=str(review))
@@ -312,10 +312,10 @@ def test_a_classify_target_chooses_its_band_on_the_first_window(tiny_model_dir, 
     assert s["predicted"]["tokens_computed"] == s["tokens_computed"]
     assert _cli(*common, "--cascade-band", g["low"], g["high"], "--output", again) == 0
     a, b = pq.read_table(out).to_pylist(), pq.read_table(again).to_pylist()
-    assert [r["cascaded"] for r in a] == [r["cascaded"] for r in b]
+    assert [r["escalated"] for r in a] == [r["escalated"] for r in b]
     assert [r["label"] for r in a] == [r["label"] for r in b]
-    assert pq.read_table(review).to_pylist() == [r for r in a if r["cascaded"]]
-    assert s["by_model"].get("smollm2-135m", {}).get("rows", 0) == sum(r["cascaded"] for r in a)
+    assert pq.read_table(review).to_pylist() == [r for r in a if r["escalated"]]
+    assert s["by_model"].get("smollm2-135m", {}).get("rows", 0) == sum(r["escalated"] for r in a)
 
 
 def test_a_join_cascade_answers_each_pair_as_its_model_alone(sessions):
@@ -351,8 +351,8 @@ def test_a_join_target_chooses_its_band_and_the_review_holds_every_pair_sent_on(
     matched, sent = pq.read_table(out).to_pylist(), pq.read_table(review).to_pylist()
     low, high = s["guarantee"]["low"], s["guarantee"]["high"]
     assert all(r["p_yes"] >= 0.1 and r["rank"] >= 1 for r in matched)
-    assert [r for r in sent if r["rank"] is not None] == [r for r in matched if r["cascaded"]]
-    assert all(not low <= r["p_yes"] <= high for r in matched if not r["cascaded"])  # the small model's, sure
+    assert [r for r in sent if r["rank"] is not None] == [r for r in matched if r["escalated"]]
+    assert all(not low <= r["p_yes"] <= high for r in matched if not r["escalated"])  # the small model's, sure
     # a band by hand about the median pair: some pairs sent on match, some do not and are reviewed unranked
     small, _ = sessions
     p = sorted(x for row in small.join(TEXTS, ["sport", "money", "weather"], "The document is about the topic.",
@@ -362,10 +362,10 @@ def test_a_join_target_chooses_its_band_and_the_review_holds_every_pair_sent_on(
                 "The document is about the topic.", "--threshold", "0.3", "--model", tiny_model_dir,
                 "--cascade", "smollm2-135m", "--cascade-band", *band, "--output", out, "--review-output", review) == 0
     matched, sent = pq.read_table(out).to_pylist(), pq.read_table(review).to_pylist()
-    assert len(sent) == 18 and all(r["cascaded"] for r in sent)
-    assert [r for r in sent if r["rank"] is not None] == [r for r in matched if r["cascaded"]]
+    assert len(sent) == 18 and all(r["escalated"] for r in sent)
+    assert [r for r in sent if r["rank"] is not None] == [r for r in matched if r["escalated"]]
     assert all(r["p_yes"] < 0.3 for r in sent if r["rank"] is None)  # the larger model said no
-    assert sum(not r["cascaded"] for r in matched) == sum(x >= 0.3 for x in p[:18])
+    assert sum(not r["escalated"] for r in matched) == sum(x >= 0.3 for x in p[:18])
 
 
 def _dev(name: str) -> list[dict]:
@@ -407,7 +407,7 @@ def test_over_20_splits_of_the_dev_data_the_target_holds_in_at_least_1_minus_del
     assert met["filter"] >= 19 and met["classify"] >= 19, met
 
 
-def test_the_answer_store_cold_or_warm_changes_no_cascaded_answer(sessions, tiny_model_dir, news, tmp_path,
+def test_the_answer_store_cold_or_warm_changes_no_escalated_answer(sessions, tiny_model_dir, news, tmp_path,
                                                                    monkeypatch):
     """Each model's raw answers are stored under its own identity, so a warm run, which computes
     nothing, gives the cascade's answers as computing from scratch does."""
@@ -421,9 +421,9 @@ def test_the_answer_store_cold_or_warm_changes_no_cascaded_answer(sessions, tiny
     warm = json.loads((tmp_path / "warm.json").read_text())
     assert warm["tokens_computed"] == 0 and warm["tokens_reused"]["store"] == warm["tokens_naive"]
     runs = [pq.read_table(tmp_path / f"{name}.parquet").to_pylist() for name in ("cold", "warm", "scratch")]
-    assert any(r["cascaded"] for r in runs[0]) and not all(r["cascaded"] for r in runs[0])
+    assert any(r["escalated"] for r in runs[0]) and not all(r["escalated"] for r in runs[0])
     for other in runs[1:]:
-        assert [(r["passed"], r["cascaded"]) for r in other] == [(r["passed"], r["cascaded"]) for r in runs[0]]
+        assert [(r["passed"], r["escalated"]) for r in other] == [(r["passed"], r["escalated"]) for r in runs[0]]
         assert all(abs(a["p_yes_1"] - b["p_yes_1"]) < 1e-4 for a, b in zip(other, runs[0]))
 
 

@@ -24,7 +24,7 @@ def run_options() -> Parser:
     """What every command that computes operators takes: reuse switches, inputs and windows."""
     p = Parser(add_help=False, parents=[device_options()])
     p.add_argument("--no-reuse", action="store_true", help="compute every prompt from scratch (for checks)")
-    p.add_argument("--no-rewind", action="store_true", help="switch chain mode (KV rewind) off")
+    p.add_argument("--no-rewind", action="store_true", help="switch KV rewind (the seed's chain mode) off")
     p.add_argument("--no-prefix-sharing", action="store_true", help="switch prefix sharing off")
     p.add_argument("--no-retention", action="store_true", help="keep no KV for later operators")
     p.add_argument("--no-borrowing", action="store_true", help="admission never takes retained KV's pages")

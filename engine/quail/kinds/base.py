@@ -27,7 +27,7 @@ class OperatorTokens:
     questions: list[int]  # token counts: the predicates, the question, or the join condition
     labels: list[int] = field(default_factory=list)  # classify: token count of each label
     partners: list[int] = field(default_factory=list)  # join: token count of each right row
-    stem: int = 0  # opening tokens that every question (or partner) shares: chain mode computes them once
+    stem: int = 0  # opening tokens that every question (or partner) shares: rewind computes them once
     written: int = 0  # an extract's or a map's: the most tokens it writes after its prompt
     asked: float = 1.0  # a join's: the share of its pairs it is expected to ask (a blocked join's: planner/recall.py)
 
@@ -97,7 +97,7 @@ class OperatorKind:
         return sum(means)
 
     def asks_more_than_once(self, spec: OperatorSpec) -> bool:
-        """Whether a document is asked more than one prompt: chain mode then has work to save."""
+        """Whether a document is asked more than one prompt: rewind then has work to save."""
         return True
 
     def tokens(self, layout: Layout, spec: OperatorSpec, docs: list[list[int]],
@@ -127,6 +127,6 @@ class OperatorKind:
 
     def prompts(self, t: OperatorTokens, selectivity: float | None) -> tuple[list[tuple[float, int]], int]:
         """Per document: (probability it is asked, tokens beyond the document) for each prompt, and
-        the tokens every prompt shares after the document (chain mode computes them once)."""
+        the tokens every prompt shares after the document (rewind computes them once)."""
         raise NotImplementedError
 

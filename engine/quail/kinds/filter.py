@@ -1,4 +1,4 @@
-"""filter: keep the rows for which every predicate holds (chain mode asks the next predicate only
+"""filter: keep the rows for which every predicate holds (rewind asks the next predicate only
 of rows that passed the previous one)."""
 
 import argparse

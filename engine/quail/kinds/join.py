@@ -1,4 +1,4 @@
-"""join: the pairs of left and right rows that satisfy a condition (chain mode keeps each left
+"""join: the pairs of left and right rows that satisfy a condition (rewind keeps each left
 row's KV and rewinds past each right row); with top_k, each left row's K best right rows. Every
 pair is ranked within its left row: 1 is the highest P(yes), ties going to the earlier right row."""
 

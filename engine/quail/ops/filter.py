@@ -1,6 +1,6 @@
-"""LLM filter: several yes/no predicates per document, in chain mode (KV rewind).
+"""LLM filter: several yes/no predicates per document, with KV rewind.
 
-Chain mode (docs/design.md#kv-rewind-chain-mode): process the document and the first question; if it passes,
+Rewind (docs/design.md#kv-rewind-chain-mode): process the document and the first question; if it passes,
 keep the document's KV, drop the question's, ask the next question on the same state; release
 the document's KV when it fails or nothing later needs it.
 """
@@ -25,7 +25,7 @@ from quail.reuse import Retain, Reuse
 
 @dataclass
 class FilterResult:
-    p_yes: list[list[float | None]] = field(default_factory=list)  # None: chain mode never asked it
+    p_yes: list[list[float | None]] = field(default_factory=list)  # None: rewind never asked it
     passed: list[bool] = field(default_factory=list)
     raw_p_yes: list[list[float | None]] = field(default_factory=list)  # before calibration
     from_store: set[int] = field(default_factory=set)  # rows answered from the answer store

@@ -1,4 +1,4 @@
-"""A filter's decisions from its predicates' probabilities, as chain mode takes them: a row passes
+"""A filter's decisions from its predicates' probabilities, as rewind takes them: a row passes
 when every predicate holds, and the next predicate is asked only if the ones before held. Pure: no
 engine, so that a prediction can decide rows the answer store holds."""
 
@@ -15,7 +15,7 @@ def calibrated(raw: list[float], bias: list[float] | None) -> list[float]:
 
 def decided(raw: list[float | None], questions: list[list[int]], threshold: float,
             bias: list[float] | None) -> list[float] | None:
-    """The raw P(yes) that decide a row under this threshold (chain mode stops at the first that
+    """The raw P(yes) that decide a row under this threshold (rewind stops at the first that
     fails), if the stored ones reach that far; else None."""
     known: list[float] = []
     for k in range(len(questions)):

@@ -48,7 +48,7 @@ def describe_plan(plan: Plan, predicted: dict[str, Prediction], cost: CostModel,
         lines.append(f"\n{spec.name}: {spec.kind} of {' x '.join(spec.inputs)} (column {', '.join(spec.columns)})")
         if op.selectivity is not None:
             lines.append(f"  selectivity estimate: {op.selectivity:.2f}")
-        lines.append(f"  chain mode (KV rewind): {'on' if op.rewind else 'off'}")
+        lines.append(f"  KV rewind (chain mode): {'on' if op.rewind else 'off'}")
         lines.append(f"  prefix sharing: {'on' if op.sharing else 'off'} ({op.sharing_reason})")
         if op.retain is None:
             lines.append("  retain: nothing")

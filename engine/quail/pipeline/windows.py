@@ -42,7 +42,7 @@ class Window:
         run = runtime_of(self.spec.kind)
         whole = run.shape(replace(self.spec, keep_all=True, limit=None), run.in_window(results, self.offset),
                           self.tables, source)
-        return whole.filter(whole.column("cascaded"))
+        return whole.filter(whole.column("escalated"))
 
 
 @dataclass

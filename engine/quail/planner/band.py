@@ -36,7 +36,7 @@ def band_for(probs: list[list[float]], labels: list[bool], target: float) -> Ban
     """probs: the small model's P(yes) of every sample row for every predicate (asked at threshold
     0, so that none is missing); labels: whether each row should pass.
 
-    In the cascade the small model runs at threshold `low`: chain mode stops at the first predicate
+    In the cascade the small model runs at threshold `low`: rewind stops at the first predicate
     below it (a sure no), and a row is sure when every P(yes) it computed lies outside [low, high].
     The band need not hold the filter's threshold, which is the large model's: a small model whose
     P(yes) is off scale can still rank well."""

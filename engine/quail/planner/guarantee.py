@@ -106,7 +106,7 @@ def _sequence(candidates: Iterable[float], counts: Callable[[float], tuple[int, 
 
 def answer(p_yes: list[float], low: float, high: float) -> bool | None:
     """The small model's answer on a row as the cascade runs it at [low, high]: its predicates are
-    asked in order until one is below `low` (chain mode); None where an asked P(yes) lies inside
+    asked in order until one is below `low` (rewind); None where an asked P(yes) lies inside
     the band (the larger model answers), else whether all are above `high`."""
     asked = []
     for p in p_yes:

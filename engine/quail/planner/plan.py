@@ -1,7 +1,7 @@
 """The operator-level plan: pure, deterministic, no I/O, fast enough for DAG parse time.
 
 Input: operator specs and, optionally, selectivities observed in earlier runs. Output: a `Plan`
-with a stable hash, giving each operator chain mode, the prefix-sharing decision and the retention
+with a stable hash, giving each operator rewind, the prefix-sharing decision and the retention
 schedule. The token-level sharing plan (PrefixTree) needs the data and is made when the job runs.
 """
 
@@ -19,7 +19,7 @@ from quail.specs import OperatorSpec
 @dataclass(frozen=True)
 class OperatorPlan:
     name: str
-    rewind: bool  # chain mode (KV rewind)
+    rewind: bool  # KV rewind
     sharing: bool
     sharing_reason: str
     retain: retention.RetentionEntry | None

@@ -59,7 +59,8 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
         return np.array([p_of[pair] >= spec.threshold for pair in ids.tolist()], bool)
 
     if n and m:
-        product, vector_stats = _product(session, spec, left, right, reuse, retain, truncate, left_rows, right_rows)
+        product, vector_stats = scored_product(session, spec, left, right, reuse, retain, truncate, left_rows,
+                                               right_rows)
         stats.merge(vector_stats)
         seed = _seed(spec, left, right)
         if spec.recall_target is not None and spec.top_k is not None:
@@ -82,9 +83,9 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
     return result, pairs, stats
 
 
-def _product(session: "Session", spec: OperatorSpec, left: list[str], right: list[str], reuse: "Reuse",
-             retain: "Retain | None", truncate: bool, left_rows: list[int],
-             right_rows: list[int]) -> tuple[VectorProduct, Stats]:
+def scored_product(session: "Session", spec: OperatorSpec, left: list[str], right: list[str], reuse: "Reuse",
+                   retain: "Retain | None", truncate: bool, left_rows: list[int],
+                   right_rows: list[int]) -> tuple[VectorProduct, Stats]:
     """The product scored by the rows' vectors, centred on their mean (a model's hidden states share
     a large common part that would otherwise dominate every cosine)."""
     stats = Stats()

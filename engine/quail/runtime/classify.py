@@ -38,12 +38,12 @@ class ClassifyRuntime(KindRuntime):
         for k, label in enumerate(labels):
             columns[f"p_{label}"] = pa.array([p[k] for p in r.probabilities], pa.float64())
         if spec.cascade is not None:
-            columns["cascaded"] = pa.array(escalated, pa.bool_())  # the larger model labelled the row
+            columns["escalated"] = pa.array(escalated, pa.bool_())  # the larger model labelled the row
         return pa.table(columns), stats
 
     def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         [table] = tables
-        names = ["label"] + [f"p_{label}" for label in spec.labels] + (["cascaded"] if spec.cascade else [])
+        names = ["label"] + [f"p_{label}" for label in spec.labels] + (["escalated"] if spec.cascade else [])
         if spec.top_k is not None and spec.top_k > 1:
             results = _with_top(results, spec)
             names += top_columns(spec.top_k)

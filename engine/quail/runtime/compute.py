@@ -129,7 +129,7 @@ def predict_escalated(session: Session, plan: Plan, spec: OperatorSpec, results:
     p = Prediction.from_dict(stats.guarantee["accounting"]) if stats is not None and stats.guarantee \
         else Prediction()
     cascade_model = session.cascade_model(spec.cascade.model)
-    escalated = results.column("cascaded").to_pylist()
+    escalated = results.column("escalated").to_pylist()
     if kind_of(spec.kind).arity == 1:
         asked: list[tuple[list[str], list[str]]] = [([t for t, c in zip(inputs[0][0], escalated) if c], [])]
     else:

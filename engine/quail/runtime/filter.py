@@ -44,7 +44,7 @@ class FilterRuntime(KindRuntime):
         for k in range(len(spec.questions)):
             columns[f"p_yes_{k + 1}"] = pa.array([p[k] for p in r.p_yes], pa.float64())
         if spec.cascade is not None:
-            columns["cascaded"] = pa.array(escalated, pa.bool_())  # the larger model answered the row
+            columns["escalated"] = pa.array(escalated, pa.bool_())  # the larger model answered the row
         if calibrated:
             for k in range(len(spec.questions)):
                 columns[f"p_yes_raw_{k + 1}"] = pa.array([p[k] for p in r.raw_p_yes], pa.float64())

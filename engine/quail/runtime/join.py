@@ -46,7 +46,7 @@ class JoinRuntime(KindRuntime):
         if spec.cascade is not None:  # the pairs the larger model answered that did not match, unranked: for review
             matched = {(i, j) for i, j, _, _ in pairs}
             pairs += [(i, j, r.p_yes[i][j], None) for i, j in sorted(escalated - matched)]
-            columns["cascaded"] = pa.array([(i, j) in escalated for i, j, _, _ in pairs], pa.bool_())
+            columns["escalated"] = pa.array([(i, j) in escalated for i, j, _, _ in pairs], pa.bool_())
         return pa.table({"left_row": pa.array([lrows[i] for i, _, _, _ in pairs], pa.int64()),
                          "right_row": pa.array([rrows[j] for _, j, _, _ in pairs], pa.int64()),
                          "p_yes": pa.array([p for _, _, p, _ in pairs], pa.float64()),
@@ -69,13 +69,13 @@ class JoinRuntime(KindRuntime):
 
     def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         left, right = tables
-        if "cascaded" in results.column_names and not spec.keep_all:  # the output: the pairs that matched
+        if "escalated" in results.column_names and not spec.keep_all:  # the output: the pairs that matched
             results = results.filter(pc.is_valid(results.column("rank")))
         lt, rt = left.take(results.column("left_row")), right.take(results.column("right_row"))
         columns = {f"left_{n}": lt.column(n) for n in lt.column_names}
         columns |= {f"right_{n}": rt.column(n) for n in rt.column_names}
         columns["p_yes"] = results.column("p_yes")
         columns["rank"] = results.column("rank")
-        if "cascaded" in results.column_names:
-            columns["cascaded"] = results.column("cascaded")
+        if "escalated" in results.column_names:
+            columns["escalated"] = results.column("escalated")
         return pa.table(columns)

@@ -33,7 +33,7 @@ def test_a_reviewers_decision_given_through_the_api_is_applied(airflow_env, tmp_
 
         [pending] = until("the review to wait for a decision", waiting, 600)
         review = pq.read_table(out / "topic_review.parquet").to_pylist()
-        assert review and all(r["cascaded"] for r in review)
+        assert review and all(r["escalated"] for r in review)
         assert f"{len(review)} of the news items were unsure" in pending["body"]
         first = review[0]["id"]
         other = next(label for label in ("weather", "sport") if label != review[0]["label"])

@@ -85,6 +85,16 @@ def smollm2_for_every_session(monkeypatch, smollm2):
     monkeypatch.setattr("quail.session.load_model", lambda spec, dtype, device="auto": (resolve_device(device), smollm2)[1])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _converted_weights_once(tmp_path_factory):
+    """Tests start workers and CLIs under a QUAIL_HOME of their own: one folder of converted weights
+    for the whole run (every xdist worker's, and the processes they start) converts each model once."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "converted-weights"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.environ.setdefault("QUAIL_CONVERTED_WEIGHTS", str(folder))
+
+
 @pytest.fixture(autouse=True)
 def _private_counts_and_answers(monkeypatch, tmp_path):
     """Runs record observed counts and keep answers; tests keep theirs out of the user's home and

@@ -11,7 +11,7 @@ from quail.kinds import KINDS
 from tests.cli.test_bad_input import refused
 
 LEAVES = [*KINDS, "pipeline", "explain", "band", "worker serve", "worker status", "worker stop", "answers stats",
-          "answers clear", "models list", "models pull"]
+          "answers clear", "models list", "models pull", "models prune"]
 
 
 def _commands(p):

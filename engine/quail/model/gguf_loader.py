@@ -111,6 +111,10 @@ class GGUFWeights(Mapping):
         self._cfg = cfg
         self._tensors = {name: t for t in reader.tensors if (name := _hf_name(t.name)) is not None}
 
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each tensor's shape, read from the header: nothing is dequantized."""
+        return {name: tuple(int(n) for n in reversed(t.shape)) for name, t in self._tensors.items()}
+
     def __getitem__(self, name: str) -> torch.Tensor:
         t = self._tensors[name]
         shape = tuple(int(n) for n in reversed(t.shape))

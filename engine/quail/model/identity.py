@@ -1,12 +1,16 @@
-"""A model's identity for stored answers: the sha256 of the bytes it loads, hashed on a thread while
-they load, never taken from a cache by path, size or modification time (`cp -p`, `rsync -a` and
-`tar x` keep those for other bytes). A file's digest is its plain sha256, so an embedded model's is
-the one the registry pins; a directory's is a digest of its files' names and digests.
+"""A model's identity for stored answers: the sha256 of the bytes it loads. A file's digest is its
+plain sha256, so an embedded model's is the one the registry pins; a directory's is a digest of its
+files' names and digests.
 
 The files' stat fingerprint (device, inode, size, mtime, ctime: a write changes the ctime, which no
-unprivileged user can set) tells a long-lived worker that its files changed since it loaded them."""
+unprivileged user can set) tells a long-lived worker that its files changed since it loaded them.
+The digest is computed once per file and recorded beside that fingerprint in a private folder
+(`recorded_digest`): any change to a file, or another file in its place, changes the fingerprint,
+and the digest is computed again. Size and modification time alone would not do: `cp -p`, `rsync -a`
+and `tar x` keep those for other bytes, but none keeps an inode or a ctime."""
 
 import hashlib
+import json
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -55,3 +59,63 @@ def digest_while(path: Path, files: list[Path]) -> Future:
         return pool.submit(files_digest, path, files)
     finally:
         pool.shutdown(wait=False)
+
+
+def _record_path(path: Path) -> Path:
+    from quail.paths import home
+    from quail.trust import private_folder
+
+    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:32]
+    return private_folder(home() / "models" / "digests") / f"{name}.json"
+
+
+def _stats(fp: Fingerprint) -> list[list]:
+    return [list(f) for f in fp]
+
+
+def recorded_digest(path: Path, files: list[Path]) -> str | None:
+    """The digest recorded for these files, where they are still the files it was computed from."""
+    from quail.trust import owned_file
+
+    record = _record_path(path)
+    try:
+        if not owned_file(record):
+            return None
+        d = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    digest = d.get("digest") if isinstance(d, dict) else None
+    if d.get("fingerprint") != _stats(fingerprint(files)) or not isinstance(digest, str) or len(digest) != 64:
+        return None
+    return digest
+
+
+def record_digest(path: Path, fp: Fingerprint, digest: str) -> None:
+    """Records `digest` as that of the files while they have the fingerprint `fp` (taken before
+    they were hashed, and found again after)."""
+    record = _record_path(path)
+    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({"path": str(path.resolve()), "fingerprint": _stats(fp), "digest": digest}))
+        os.replace(tmp, record)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def recorded_models() -> dict[str, Path]:
+    """Each digest recorded for files that are still those it was computed from, with their path.
+    A record whose files changed or went is removed."""
+    from quail.paths import home
+
+    out = {}
+    for record in sorted((home() / "models" / "digests").glob("*.json")):
+        try:
+            path = Path(json.loads(record.read_text())["path"])
+            digest = recorded_digest(path, model_files(path)) if path.exists() else None
+        except (OSError, ValueError, KeyError, TypeError):
+            digest = None
+        if digest is None:
+            record.unlink(missing_ok=True)
+        else:
+            out[digest] = path
+    return out

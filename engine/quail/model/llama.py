@@ -86,6 +86,8 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 class LlamaModel:
+    RAW_WEIGHTS = ("rope_freqs.weight",)  # read in the dtype they come in; every other weight in `dtype`
+
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16,
                  device: str | torch.device = "cpu", attention: str = "auto"):
         """attention: as select_attention takes it ("auto", "triton", "torch" or "cpu")."""

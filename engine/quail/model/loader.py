@@ -5,18 +5,24 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from quail.device import cpu_info, resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
+from quail.model.converted import Writer, discard, open_converted, recorded_config
+from quail.model.converted import root as converted_root
 from quail.model.cpu_dtype import cpu_dtype
-from quail.model.identity import Fingerprint, digest_while, fingerprint, model_files
+from quail.model.identity import Fingerprint, digest_while, fingerprint, model_files, record_digest, recorded_digest
 from quail.model.llama import LlamaModel
 from quail.model.registry import DTYPE_CHOICES, EMBEDDED, embedded_path, installed, not_installed
 from quail.model.safetensors_loader import load_hf_dir
 from quail.model.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from quail.model.gguf_loader import GGUFWeights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -106,27 +112,80 @@ def _cpu_kind() -> str:
 
 
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
-    """device: as `--device` takes it (quail.device.resolve_device)."""
+    """device: as `--device` takes it (quail.device.resolve_device). A GGUF model whose converted
+    weights are kept (model/converted.py) maps them; the first load converts and keeps them."""
     if dtype not in DTYPE_CHOICES:
         raise QuailError(f"dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}", parameter="dtype")
     on = resolve_device(device)
     path = model_path(spec)
     files = model_files(path)
     before = fingerprint(files)
-    digest = digest_while(path, files)
-    try:
-        cfg, weights, tokenizer = load_weights(path)
-        dtype, why = resolve_dtype(dtype, on, cfg)
-        model = LlamaModel(cfg, weights, DTYPES[dtype], on)
-    except ValueError as e:
-        raise QuailError(f"model {spec}: {e}", parameter="model") from e
-    finally:
-        digest = digest.result()
-    if fingerprint(files) != before:
-        raise QuailError(f"model {spec}: {path} changed while it was loading; load it again", parameter="model")
     pinned = EMBEDDED[spec].sha256 if spec in EMBEDDED else None
-    if pinned is not None and digest != pinned:
+    recorded = recorded_digest(path, files)
+    if recorded is not None and pinned is not None and recorded != pinned:
+        recorded = None
+    loaded = _mapped(recorded, dtype, on) if recorded is not None and not path.is_dir() else None
+    writer: Writer | None = None
+    if loaded is not None:
+        cfg, model, tokenizer, why = loaded
+        digest = recorded
+    else:
+        hashing = None if recorded is not None else digest_while(path, files)
+        try:
+            cfg, weights, tokenizer = load_weights(path)
+            dtype, why = resolve_dtype(dtype, on, cfg)
+            if not path.is_dir() and (kept := converted_root()) is not None:  # converted as they load, and kept
+                writer = Writer(kept, dtype)
+                shapes = cast("GGUFWeights", weights).shapes()
+                weights = writer.converting(weights, shapes, DTYPES[dtype], LlamaModel.RAW_WEIGHTS)
+            model = LlamaModel(cfg, weights, DTYPES[dtype], on)
+        except BaseException as e:
+            if writer is not None:
+                writer.abandon()
+            if isinstance(e, ValueError):
+                raise QuailError(f"model {spec}: {e}", parameter="model") from e
+            raise
+        finally:
+            digest = recorded if hashing is None else hashing.result()
+    assert digest is not None
+    problem = None
+    if fingerprint(files) != before:
+        problem = QuailError(f"model {spec}: {path} changed while it was loading; load it again", parameter="model")
+    elif pinned is not None and digest != pinned:
         path.unlink(missing_ok=True)
-        raise QuailError(f"assembled {spec} has sha256 {digest}, expected {pinned}; removed it, retry")
+        problem = QuailError(f"assembled {spec} has sha256 {digest}, expected {pinned}; removed it, retry")
+    if problem is not None:
+        if writer is not None:
+            writer.abandon()
+        raise problem
+    if recorded is None:
+        record_digest(path, before, digest)
+    if writer is not None:
+        writer.commit(digest, cfg, tokenizer)
     name = spec if spec in EMBEDDED else Path(spec).name
     return LoadedModel(name, cfg, model, tokenizer, digest, why, tuple(files), before)
+
+
+def _mapped(digest: str, dtype: str, on: torch.device) -> tuple[ModelConfig, LlamaModel, Tokenizer, str] | None:
+    """The model built from its kept converted weights, where they are there and every byte of them
+    is their writer's; None where not (a damaged copy is removed: the load converts again)."""
+    if dtype == "auto":
+        cfg = recorded_config(digest)
+        if cfg is None:
+            return None
+        dtype, why = resolve_dtype(dtype, on, cfg)
+    else:
+        why = "given"
+    converted = open_converted(digest, dtype)
+    if converted is None:
+        return None
+    try:
+        model = LlamaModel(converted.config, converted.weights, DTYPES[dtype], on)
+    except Exception as e:  # noqa: BLE001 (a file that maps but builds no model is damaged too)
+        converted.verified.result()
+        discard(converted.path, f"no model ({e})")
+        return None
+    if not converted.verified.result():
+        discard(converted.path, "not the bytes their writer wrote")
+        return None
+    return converted.config, model, converted.tokenizer, why

@@ -1,0 +1,254 @@
+"""Converted weights kept: a GGUF model's tensors dequantized into the dtype it runs in, written
+once beside its tokenizer and config, then mapped by every later load instead of dequantizing the
+file again (17.7 s of a 1.5B's 27 s start, issue #53).
+
+Under $QUAIL_HOME/models/converted/<digest>/ (or $QUAIL_CONVERTED_WEIGHTS/<digest>/; "off" keeps
+none), for the model whose bytes have that sha256:
+`<dtype>.safetensors` and `<dtype>.json`, the record of what its writer wrote: the config, and the
+sha256 of the tensors and of `tokenizer.json`. A load checks those digests on a thread while it maps
+the tensors, and a model built from bytes that do not match them is dropped and the folder removed:
+a damaged or planted file is never used, only rebuilt. Folders are written under a temporary name
+and renamed whole, so a writer killed halfway leaves nothing a reader could take.
+
+The tensors are written as the model asks for them, each at the place the header gave it, since
+safetensors' own writer takes every tensor in memory at once: a second copy of the model. Tensors
+the model reads in their own dtype (LlamaModel.RAW_WEIGHTS) are kept as the GGUF gives them."""
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import struct
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from quail.model.config import ModelConfig, RopeScaling
+from quail.model.safetensors_loader import SafetensorsWeights
+from quail.model.tokenizer import Tokenizer
+from quail.paths import home
+from quail.trust import owned_file, private_folder
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+_NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+_TOKENIZER = "tokenizer.json"
+
+
+def root() -> Path | None:
+    """Where converted weights are kept, None where they are not."""
+    given = os.environ.get("QUAIL_CONVERTED_WEIGHTS", "")
+    if given == "off":
+        return None
+    return private_folder(Path(given) if given else home() / "models" / "converted")
+
+
+def folder(digest: str) -> Path:
+    kept = root()
+    assert kept is not None
+    return kept / digest
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _config(d: dict) -> ModelConfig:
+    return ModelConfig(**(d | {"rope_scaling": RopeScaling(**d["rope_scaling"])}))
+
+
+@dataclasses.dataclass
+class Converted:
+    """A model's converted files as one load maps them; `verified` says, once its thread is done,
+    whether every byte is the writer's."""
+
+    config: ModelConfig
+    weights: SafetensorsWeights
+    tokenizer: Tokenizer
+    verified: Future
+    path: Path
+
+
+def recorded_config(digest: str) -> ModelConfig | None:
+    """The config any converted dtype of the model records: what resolving "auto" needs to know
+    (the dtype it picks is then opened, and its own record read)."""
+    kept = root()
+    where = kept / digest if kept is not None else None
+    for record in sorted(where.glob("*.json")) if where is not None and where.is_dir() else []:
+        try:
+            if owned_file(record) and record.name != _TOKENIZER:
+                return _config(json.loads(record.read_text())["config"])
+        except Exception:  # noqa: BLE001 (an unreadable record helps no one: the load converts)
+            continue
+    return None
+
+
+def open_converted(digest: str, dtype: str) -> Converted | None:
+    """The converted files of the model `digest` in `dtype`, or None where there are none (or they
+    are not this user's, or their record is unreadable: then they are removed, to be rebuilt)."""
+    if root() is None:
+        return None
+    where = folder(digest)
+    record_path, weights_path, tokenizer_path = where / f"{dtype}.json", where / f"{dtype}.safetensors", \
+        where / _TOKENIZER
+    try:
+        if not all(owned_file(p) for p in (record_path, weights_path, tokenizer_path)):
+            return None
+        record = json.loads(record_path.read_text())
+        if record.get("format") != FORMAT or record.get("digest") != digest or record.get("dtype") != dtype:
+            raise ValueError("a record of another format or model")
+        config = _config(record["config"])
+        expected = {weights_path: str(record["weights_sha256"]), tokenizer_path: str(record["tokenizer_sha256"])}
+        weights = SafetensorsWeights([weights_path])
+        tokenizer = Tokenizer.from_file(tokenizer_path)
+    except Exception as e:  # noqa: BLE001 (anything unreadable is rebuilt, never used)
+        discard(where, f"unreadable ({e})")
+        return None
+    pool = ThreadPoolExecutor(1, thread_name_prefix="quail-verify")
+    try:  # hashlib releases the GIL: the check runs beside the load
+        verified = pool.submit(lambda: all(_sha256(p) == d for p, d in expected.items()))
+    finally:
+        pool.shutdown(wait=False)
+    return Converted(config, weights, tokenizer, verified, where)
+
+
+def discard(where: Path, why: str) -> None:
+    log.warning("converted weights %s are %s: removed, to be converted again", where, why)
+    shutil.rmtree(where, ignore_errors=True)
+
+
+class Converting(Mapping):
+    """The GGUF's tensors passed through to the model as it asks for them, each also written, in
+    the dtype the model converts it to, to its place in a safetensors file."""
+
+    def __init__(self, weights: Mapping[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
+                 raw: tuple[str, ...], path: Path) -> None:
+        self._weights, self._path = weights, path
+        # the raw (fp32) tensors first: every tensor then starts at a multiple of its element size
+        names = sorted(shapes, key=lambda n: (n not in raw, n))
+        self._dtypes = {n: torch.float32 if n in raw else dtype for n in names}
+        header: dict = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        for n in names:
+            size = self._dtypes[n].itemsize * _count(shapes[n])
+            header[n] = {"dtype": _NAMES[self._dtypes[n]], "shape": list(shapes[n]), "data_offsets": [offset,
+                                                                                                     offset + size]}
+            offset += size
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)
+        self._start = 8 + len(text)
+        self._places = {n: self._start + header[n]["data_offsets"][0] for n in names}
+        self._written: set[str] = set()
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(self._fd, self._start + offset)
+        os.pwrite(self._fd, struct.pack("<Q", len(text)) + text, 0)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        t = self._weights[name]
+        if name not in self._written:
+            self._write(name, t)
+        return t
+
+    def _write(self, name: str, t: torch.Tensor) -> None:
+        data = t.to(self._dtypes[name]).contiguous().view(torch.uint8).numpy()
+        os.pwrite(self._fd, data.data, self._places[name])
+        self._written.add(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._weights)
+
+    def __len__(self) -> int:
+        return len(self._weights)
+
+    def finish(self) -> None:
+        """Writes the tensors the model did not ask for, and closes the file."""
+        try:
+            for name in self._dtypes:
+                if name not in self._written:
+                    self._write(name, self._weights[name])
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class Writer:
+    """Where one load writes a model's converted files: a temporary folder, whose files `commit`
+    moves into the model's folder once the model's digest is known (the record last)."""
+
+    def __init__(self, kept: Path, dtype: str) -> None:
+        self.dtype = dtype
+        self.tmp = kept / f".{dtype}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        self.tmp.mkdir(mode=0o700)
+        self.file: Converting | None = None
+
+    def converting(self, weights: Mapping[str, torch.Tensor], shapes: dict[str, tuple[int, ...]],
+                   dtype: torch.dtype, raw: tuple[str, ...]) -> Converting:
+        self.file = Converting(weights, shapes, dtype, raw, self.tmp / f"{self.dtype}.safetensors")
+        return self.file
+
+    def commit(self, digest: str, config: ModelConfig, tokenizer: Tokenizer) -> None:
+        """No fsync: every load checks the bytes against the record, so a file a crash left short
+        is converted again."""
+        assert self.file is not None
+        try:
+            self.file.finish()
+            (self.tmp / _TOKENIZER).write_text(tokenizer.json())
+            record = {"format": FORMAT, "digest": digest, "dtype": self.dtype,
+                      "config": dataclasses.asdict(config),
+                      "weights_sha256": _sha256(self.tmp / f"{self.dtype}.safetensors"),
+                      "tokenizer_sha256": _sha256(self.tmp / _TOKENIZER)}
+            (self.tmp / f"{self.dtype}.json").write_text(json.dumps(record, indent=1))
+            final = folder(digest)
+            final.mkdir(mode=0o700, exist_ok=True)
+            # the tokenizer of a digest is one file, whichever dtype wrote it: equal bytes replace it
+            for name in (f"{self.dtype}.safetensors", _TOKENIZER, f"{self.dtype}.json"):  # the record last
+                os.replace(self.tmp / name, final / name)
+        except OSError as e:  # a full disk costs the next load its speed, never this one its model
+            log.warning("converted weights of %s could not be kept: %s", digest[:12], e)
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def abandon(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def disk_use() -> dict[str, int]:
+    """Bytes each converted model's folder takes, by digest."""
+    out: dict[str, int] = {}
+    kept = root()
+    for d in kept.iterdir() if kept is not None else []:
+        if d.is_dir() and not d.name.startswith("."):
+            out[d.name] = sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+    return out
+
+
+def prune(needed: set[str]) -> list[tuple[str, int]]:
+    """Removes the converted models whose digest is not in `needed`, and what writers left behind;
+    returns each removed folder's name and bytes."""
+    removed = []
+    kept = root()
+    for d in kept.iterdir() if kept is not None else []:
+        if d.name not in needed:
+            size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append((d.name, size))
+    return removed

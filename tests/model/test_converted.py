@@ -1,0 +1,118 @@
+"""model/converted.py and the digest record (model/identity.py): a GGUF model's first load keeps its
+converted weights, later loads map them and read nothing of the GGUF, and a damaged copy or a
+changed file is never used."""
+
+import logging
+import os
+import shutil
+
+import pytest
+import torch
+
+from quail.cli.main import main
+from quail.model import converted
+from quail.model.identity import model_files, recorded_digest
+from quail.model.loader import load_model
+from quail.model.registry import embedded_path
+
+pytestmark = pytest.mark.model  # loads smollm2 from a copy of its GGUF
+
+
+@pytest.fixture
+def gguf(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("QUAIL_CONVERTED_WEIGHTS")  # the home's own folder, not the run's (tests/conftest.py)
+    path = tmp_path / "models" / "smollm2.gguf"
+    path.parent.mkdir()
+    shutil.copyfile(embedded_path("smollm2-135m"), path)
+    return path
+
+
+def _tensors(loaded) -> list[torch.Tensor]:
+    m = loaded.model
+    out = [m.embed, m.norm, m.lm_head, m.inv_freq]
+    for layer in m.layers:
+        out += [layer.attn_norm, layer.mlp_norm, layer.qkv.weight, layer.qkv.bias, layer.o.weight,
+                layer.gate_up.weight, layer.down.weight]
+    return [t for t in out if t is not None]
+
+
+def _same(a, b) -> bool:
+    return a.identity == b.identity and a.config == b.config and all(
+        torch.equal(x, y) for x, y in zip(_tensors(a), _tensors(b), strict=True))
+
+
+def _no_gguf(monkeypatch):
+    def refuse(path):
+        raise AssertionError(f"the GGUF {path} was read")
+
+    monkeypatch.setattr("quail.model.gguf_loader.load_gguf", refuse)
+
+
+def test_a_second_load_maps_the_converted_weights_and_reads_no_gguf(gguf, monkeypatch):
+    first = load_model(str(gguf), "float32")
+    digest = recorded_digest(gguf, model_files(gguf))
+    assert digest == first.digest
+    files = sorted(p.name for p in converted.folder(digest).iterdir())
+    assert files == ["float32.json", "float32.safetensors", "tokenizer.json"]
+    assert not [p for p in converted.root().iterdir() if p.name.startswith(".")]  # the writer's folder went
+    with monkeypatch.context() as m:
+        _no_gguf(m)
+        second = load_model(str(gguf), "float32")
+    assert _same(first, second)
+    text = "Hello <|im_end|> wörld, 12345 tokens"
+    assert first.tokenizer.encode(text) == second.tokenizer.encode(text)
+    assert first.tokenizer.chat == second.tokenizer.chat and first.tokenizer.stop_ids == second.tokenizer.stop_ids
+
+
+@pytest.mark.parametrize("damage", ["a flipped byte", "truncated"])
+def test_damaged_converted_weights_are_never_used_but_converted_again(gguf, monkeypatch, caplog, damage):
+    first = load_model(str(gguf), "float32")
+    where = converted.folder(first.digest)
+    weights = where / "float32.safetensors"
+    if damage == "a flipped byte":
+        with open(weights, "r+b") as f:
+            f.seek(weights.stat().st_size // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x40]))
+    else:
+        os.truncate(weights, weights.stat().st_size - 4096)
+    with caplog.at_level(logging.WARNING, "quail.model.converted"):
+        again = load_model(str(gguf), "float32")
+    assert _same(first, again)  # as loaded from the GGUF, not from the damaged copy
+    assert "removed, to be converted again" in caplog.text
+    with monkeypatch.context() as m:  # and the copy was written anew
+        _no_gguf(m)
+        assert _same(first, load_model(str(gguf), "float32"))
+
+
+def test_a_files_digest_is_recorded_until_anything_changes_it(gguf):
+    files = model_files(gguf)
+    assert recorded_digest(gguf, files) is None
+    loaded = load_model(str(gguf), "float32")
+    assert recorded_digest(gguf, files) == loaded.digest
+    st = gguf.stat()
+    os.utime(gguf, ns=(st.st_atime_ns, st.st_mtime_ns))  # the same size and times; a new ctime
+    assert recorded_digest(gguf, files) is None
+    copy = gguf.with_name("copy.gguf")
+    shutil.copy2(gguf, copy)  # `cp -p`: another file with the same size and times
+    assert recorded_digest(copy, model_files(copy)) is None
+
+
+def test_models_list_counts_the_disk_and_prune_removes_what_no_model_needs(gguf, capsys):
+    load_model(str(gguf), "float32")
+    leftover = converted.root() / ".float32.1.dead.tmp"  # a writer killed halfway
+    leftover.mkdir()
+    with pytest.raises(SystemExit):
+        main(["models", "list"])
+    out = capsys.readouterr().out
+    assert "converted weights: 0.5" in out and str(gguf) in out
+    with pytest.raises(SystemExit):
+        main(["models", "prune"])
+    assert "freed 0.00 GiB" in capsys.readouterr().out and not leftover.exists()
+    assert len(converted.disk_use()) == 1  # the model's own stays
+    gguf.unlink()
+    with pytest.raises(SystemExit):
+        main(["models", "prune"])
+    assert "freed 0.5" in capsys.readouterr().out and converted.disk_use() == {}

@@ -100,6 +100,9 @@ class LlamaModel:
         def w(name: str) -> torch.Tensor:  # a copy: a tensor read from a memory-mapped file would change with the file
             return weights[name].to(device=self.device, dtype=dtype, copy=True).contiguous()
 
+        def part(name: str) -> torch.Tensor:  # one part of a fused tensor, which torch.cat copies anyway
+            return weights[name].to(device=self.device, dtype=dtype)
+
         self.embed = w("model.embed_tokens.weight")
         self.lm_head = self.embed if cfg.tie_embeddings else w("lm_head.weight")
         self.norm = w("model.norm.weight")
@@ -109,14 +112,14 @@ class LlamaModel:
             a = p + "self_attn."
             bias = None
             if cfg.qkv_bias:
-                bias = torch.cat([w(a + f"{n}_proj.bias") for n in "qkv"])
+                bias = torch.cat([part(a + f"{n}_proj.bias") for n in "qkv"])
             self.layers.append(
                 _Layer(
                     attn_norm=w(p + "input_layernorm.weight"),
-                    qkv=Linear(torch.cat([w(a + f"{n}_proj.weight") for n in "qkv"]).contiguous(), bias),
+                    qkv=Linear(torch.cat([part(a + f"{n}_proj.weight") for n in "qkv"]).contiguous(), bias),
                     o=Linear(w(a + "o_proj.weight")),
                     mlp_norm=w(p + "post_attention_layernorm.weight"),
-                    gate_up=Linear(torch.cat([w(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")]).contiguous()),
+                    gate_up=Linear(torch.cat([part(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")]).contiguous()),
                     down=Linear(w(p + "mlp.down_proj.weight")),
                 )
             )

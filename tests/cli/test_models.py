@@ -1,4 +1,4 @@
-"""cli/models.py: `quail models list|pull`."""
+"""cli/models.py: `quail models list|pull|prune`."""
 
 import pytest
 
@@ -9,6 +9,7 @@ from tests.cli.test_bad_input import refused
 
 def test_list_names_each_embedded_model_whether_installed_and_the_default(capsys, monkeypatch):
     monkeypatch.setattr("quail.cli.models.installed", lambda name: name == "smollm2-135m")
+    monkeypatch.setenv("QUAIL_CONVERTED_WEIGHTS", "off")  # no converted weights to list (tests/model/test_converted.py)
     with pytest.raises(SystemExit) as e:
         main(["models", "list"])
     lines = capsys.readouterr().out.splitlines()

@@ -50,10 +50,11 @@ def _no_gguf(monkeypatch):
 
 
 def test_a_second_load_maps_the_converted_weights_and_reads_no_gguf(gguf, monkeypatch):
+    files = model_files(gguf)
+    assert recorded_digest(gguf, files) is None
     first = load_model(str(gguf), "float32")
-    digest = recorded_digest(gguf, model_files(gguf))
-    assert digest == first.digest
-    files = sorted(p.name for p in converted.folder(digest).iterdir())
+    assert recorded_digest(gguf, files) == first.digest
+    files = sorted(p.name for p in converted.folder(first.digest).iterdir())
     assert files == ["float32.json", "float32.safetensors", "tokenizer.json"]
     assert not [p for p in converted.root().iterdir() if p.name.startswith(".")]  # the writer's folder went
     with monkeypatch.context() as m:
@@ -65,31 +66,8 @@ def test_a_second_load_maps_the_converted_weights_and_reads_no_gguf(gguf, monkey
     assert first.tokenizer.chat == second.tokenizer.chat and first.tokenizer.stop_ids == second.tokenizer.stop_ids
 
 
-@pytest.mark.parametrize("damage", ["a flipped byte", "truncated"])
-def test_damaged_converted_weights_are_never_used_but_converted_again(gguf, monkeypatch, caplog, damage):
-    first = load_model(str(gguf), "float32")
-    where = converted.folder(first.digest)
-    weights = where / "float32.safetensors"
-    if damage == "a flipped byte":
-        with open(weights, "r+b") as f:
-            f.seek(weights.stat().st_size // 2)
-            byte = f.read(1)
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([byte[0] ^ 0x40]))
-    else:
-        os.truncate(weights, weights.stat().st_size - 4096)
-    with caplog.at_level(logging.WARNING, "quail.model.converted"):
-        again = load_model(str(gguf), "float32")
-    assert _same(first, again)  # as loaded from the GGUF, not from the damaged copy
-    assert "removed, to be converted again" in caplog.text
-    with monkeypatch.context() as m:  # and the copy was written anew
-        _no_gguf(m)
-        assert _same(first, load_model(str(gguf), "float32"))
-
-
-def test_a_files_digest_is_recorded_until_anything_changes_it(gguf):
+def test_a_files_digest_is_computed_again_once_anything_changes_it(gguf):
     files = model_files(gguf)
-    assert recorded_digest(gguf, files) is None
     loaded = load_model(str(gguf), "float32")
     assert recorded_digest(gguf, files) == loaded.digest
     st = gguf.stat()
@@ -98,6 +76,29 @@ def test_a_files_digest_is_recorded_until_anything_changes_it(gguf):
     copy = gguf.with_name("copy.gguf")
     shutil.copy2(gguf, copy)  # `cp -p`: another file with the same size and times
     assert recorded_digest(copy, model_files(copy)) is None
+
+
+def _flip_a_byte(path):
+    with open(path, "r+b") as f:
+        f.seek(path.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def test_damaged_converted_weights_are_never_used_but_converted_again(gguf, monkeypatch, caplog):
+    first = load_model(str(gguf), "float32")
+    weights = converted.folder(first.digest) / "float32.safetensors"
+    for damage in (_flip_a_byte, lambda path: os.truncate(path, path.stat().st_size - 4096)):
+        damage(weights)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "quail.model.converted"):
+            again = load_model(str(gguf), "float32")
+        assert _same(first, again)  # as loaded from the GGUF, not from the damaged copy
+        assert "removed, to be converted again" in caplog.text
+    with monkeypatch.context() as m:  # and the copy was written anew
+        _no_gguf(m)
+        assert _same(first, load_model(str(gguf), "float32"))
 
 
 def test_models_list_counts_the_disk_and_prune_removes_what_no_model_needs(gguf, capsys):

@@ -139,6 +139,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.deployment)
         if fixtures & _MODEL_FIXTURES or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.model)
-    # Whole deployments first: they take minutes, mostly waiting on processes, and one started last
-    # leaves the other pytest process idle while it runs (xdist hands out tests in this order)
-    items.sort(key=lambda item: not (item.get_closest_marker("deployment") or item.get_closest_marker("heavy")))

@@ -5,6 +5,7 @@ changed file is never used."""
 import logging
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,6 +77,10 @@ def test_a_files_digest_is_computed_again_once_anything_changes_it(gguf):
     copy = gguf.with_name("copy.gguf")
     shutil.copy2(gguf, copy)  # `cp -p`: another file with the same size and times
     assert recorded_digest(copy, model_files(copy)) is None
+    [record] = (Path(os.environ["QUAIL_HOME"]) / "models" / "digests").glob("*.json")
+    for garbage in ("[1, 2]", "{not json", '{"fingerprint": 7}'):
+        record.write_text(garbage)
+        assert recorded_digest(gguf, files) is None
 
 
 def _flip_a_byte(path):

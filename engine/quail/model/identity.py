@@ -84,10 +84,10 @@ def recorded_digest(path: Path, files: list[Path]) -> str | None:
         d = json.loads(record.read_text())
     except (OSError, ValueError):
         return None
-    digest = d.get("digest") if isinstance(d, dict) else None
-    if d.get("fingerprint") != _stats(fingerprint(files)) or not isinstance(digest, str) or len(digest) != 64:
+    if not isinstance(d, dict) or d.get("fingerprint") != _stats(fingerprint(files)):
         return None
-    return digest
+    digest = d.get("digest")
+    return digest if isinstance(digest, str) and len(digest) == 64 else None
 
 
 def record_digest(path: Path, fp: Fingerprint, digest: str) -> None:

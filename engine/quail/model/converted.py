@@ -15,9 +15,9 @@ safetensors' own writer takes every tensor in memory at once: a second copy of t
 the model reads in their own dtype (LlamaModel.RAW_WEIGHTS) are kept as the GGUF gives them."""
 
 import dataclasses
-import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import struct
@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from quail.model.config import ModelConfig, RopeScaling
+from quail.model.identity import file_sha256
 from quail.model.safetensors_loader import SafetensorsWeights
 from quail.model.tokenizer import Tokenizer
 from quail.paths import home
@@ -52,11 +53,6 @@ def folder(digest: str) -> Path:
     kept = root()
     assert kept is not None
     return kept / digest
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _config(d: dict) -> ModelConfig:
@@ -112,7 +108,7 @@ def open_converted(digest: str, dtype: str) -> Converted | None:
         return None
     pool = ThreadPoolExecutor(1, thread_name_prefix="quail-verify")
     try:  # hashlib releases the GIL: the check runs beside the load
-        verified = pool.submit(lambda: all(_sha256(p) == d for p, d in expected.items()))
+        verified = pool.submit(lambda: all(file_sha256(p) == d for p, d in expected.items()))
     finally:
         pool.shutdown(wait=False)
     return Converted(config, weights, tokenizer, verified, where)
@@ -136,7 +132,7 @@ class Converting(Mapping):
         header: dict = {"__metadata__": {"format": "pt"}}
         offset = 0
         for n in names:
-            size = self._dtypes[n].itemsize * _count(shapes[n])
+            size = self._dtypes[n].itemsize * math.prod(shapes[n])
             header[n] = {"dtype": _NAMES[self._dtypes[n]], "shape": list(shapes[n]), "data_offsets": [offset,
                                                                                                      offset + size]}
             offset += size
@@ -181,13 +177,6 @@ class Converting(Mapping):
             self._fd = -1
 
 
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
 class Writer:
     """Where one load writes a model's converted files: a temporary folder, whose files `commit`
     moves into the model's folder once the model's digest is known (the record last)."""
@@ -212,8 +201,8 @@ class Writer:
             (self.tmp / _TOKENIZER).write_text(tokenizer.json())
             record = {"format": FORMAT, "digest": digest, "dtype": self.dtype,
                       "config": dataclasses.asdict(config),
-                      "weights_sha256": _sha256(self.tmp / f"{self.dtype}.safetensors"),
-                      "tokenizer_sha256": _sha256(self.tmp / _TOKENIZER)}
+                      "weights_sha256": file_sha256(self.tmp / f"{self.dtype}.safetensors"),
+                      "tokenizer_sha256": file_sha256(self.tmp / _TOKENIZER)}
             (self.tmp / f"{self.dtype}.json").write_text(json.dumps(record, indent=1))
             final = folder(digest)
             final.mkdir(mode=0o700, exist_ok=True)

@@ -37,17 +37,17 @@ def fingerprint(files: list[Path]) -> Fingerprint:
     return tuple(out)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def files_digest(path: Path, files: list[Path]) -> str:
     if not path.is_dir():
-        return _sha256(path)
+        return file_sha256(path)
     h = hashlib.sha256()
     for f in files:
-        h.update(f"{f.name}\x1f{_sha256(f)}\n".encode())
+        h.update(f"{f.name}\x1f{file_sha256(f)}\n".encode())
     return h.hexdigest()
 
 

@@ -40,7 +40,7 @@ def run_mode(session, spec, left: list[str], right: list[str], partner: np.ndarr
 
     rows = list(range(len(left)))
     started = time.perf_counter()
-    result, asked, stats = blocked_join(session, spec, left, right, Reuse(), None, False, rows, rows)
+    result, asked, _, stats = blocked_join(session, spec, left, right, Reuse(), None, False, rows, rows)
     seconds = time.perf_counter() - started
     matched = {(i, j) for i, (js, ps) in enumerate(zip(asked, result.p_yes)) for j, p in zip(js, ps)
                if p >= spec.threshold}

@@ -368,6 +368,67 @@ def test_a_join_target_chooses_its_band_and_the_review_holds_every_pair_sent_on(
     assert sum(not r["escalated"] for r in matched) == sum(x >= 0.3 for x in p[:18])
 
 
+TOPICS = ["sport", "money", "weather", "politics"]
+TOPIC = "The document is about the topic."
+
+
+def test_a_blocked_join_cascade_escalates_the_unsure_pairs_it_asked_each_answered_as_its_model_alone(sessions):
+    """Each left row's best candidate and the sample: each asked pair's P(yes) is the small model's, or
+    the larger model's where the small one's lies in the band, as each gives it alone."""
+    from quail.runtime.blocking import blocked_join
+
+    small, large = sessions
+    alone = {s.loaded.name: s.join(TEXTS, TOPICS, TOPIC, partner="topic")[0] for s in (small, large)}
+    p = sorted(x for row in alone[small.loaded.name].p_yes for x in row)
+    band = Cascade("smollm2-135m", (p[11] + p[12]) / 2, (p[35] + p[36]) / 2)  # half the 48 pairs
+    spec = OperatorSpec("j", "join", ("news", "topics"), ("text", "topic"), (TOPIC,), candidates=1, cascade=band)
+    result, asked, escalated, stats = blocked_join(small, spec, TEXTS, TOPICS, Reuse(), None, False,
+                                                   list(range(len(TEXTS))), list(range(len(TOPICS))))
+    got = {(i, j): x for i, (js, ps) in enumerate(zip(asked, result.p_yes)) for j, x in zip(js, ps)}
+    assert len(TEXTS) <= len(got) < len(TEXTS) * len(TOPICS)
+    first = alone[small.loaded.name].p_yes
+    assert escalated == {(i, j) for i, j in got if band.low <= first[i][j] <= band.high}
+    assert escalated and escalated != set(got)
+    for (i, j), x in got.items():
+        own = alone[large.loaded.name if (i, j) in escalated else small.loaded.name]
+        assert abs(x - own.p_yes[i][j]) < 1e-4
+    stats.check()
+    assert stats.by_model[large.loaded.name]["rows"] == len({i for i, _ in escalated})
+    assert stats.by_model[small.loaded.name]["rows"] == len(TEXTS)
+    assert stats.blocking["escalated"] == len(escalated) and stats.blocking["asked"] == len(got)
+
+
+def test_a_blocked_join_chooses_the_full_joins_band_and_answers_as_it(sessions, tiny_model_dir, news, tmp_path):
+    """A target's band is chosen on the product's sample, as the full cascade join chooses it; every
+    pair the blocked join matched, the full one matched with the same P(yes) and the same model, and
+    the review holds every pair asked that the larger model answered."""
+    right = tmp_path / "topics.parquet"
+    pq.write_table(pa.table({"topic": TOPICS}), right)
+    common = ["join", news, right, "--left-column", "text", "--right-column", "topic", "--condition", TOPIC,
+              "--threshold", "0.1", "--model", tiny_model_dir, "--cascade", "smollm2-135m", "--cascade-target",
+              "accuracy=0.6", "--cascade-sample", "20"]
+    for name, extra in (("full", []), ("blocked", ["--candidates", "1"])):
+        assert _cli(*common, *extra, "--output", tmp_path / f"{name}.parquet", "--stats", tmp_path / f"{name}.json",
+                    "--review-output", tmp_path / f"{name}-review.parquet") == 0
+    full, blocked = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("full", "blocked"))
+    assert (blocked["guarantee"]["low"], blocked["guarantee"]["high"]) == (full["guarantee"]["low"],
+                                                                          full["guarantee"]["high"])
+    assert blocked["tokens_computed"] + sum(blocked["tokens_reused"].values()) == blocked["tokens_naive"]
+    assert len(TEXTS) <= blocked["blocking"]["asked"] < len(TEXTS) * len(TOPICS)
+
+    def pairs(name):
+        return {(r["left_id"], r["right_topic"]): r for r in pq.read_table(tmp_path / f"{name}.parquet").to_pylist()}
+
+    whole, some = pairs("full"), pairs("blocked")
+    assert some
+    for pair, r in some.items():
+        assert r["escalated"] == whole[pair]["escalated"] and abs(r["p_yes"] - whole[pair]["p_yes"]) < 1e-4
+    review = pq.read_table(tmp_path / "blocked-review.parquet").to_pylist()
+    assert len(review) == blocked["blocking"]["escalated"] >= sum(r["escalated"] for r in some.values())
+    assert {(r["left_id"], r["right_topic"]) for r in review if r["rank"] is not None} == \
+        {pair for pair, r in some.items() if r["escalated"]}
+
+
 def _dev(name: str) -> list[dict]:
     import csv
     from pathlib import Path

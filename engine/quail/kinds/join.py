@@ -118,8 +118,7 @@ class JoinSettings(Settings):
         super().check(flags)
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {self.top_k}")
-        check_blocking(self.recall_target, self.recall_delta, self.candidates, self.embedding, self.top_k,
-                       self.cascade is not None)
+        check_blocking(self.recall_target, self.recall_delta, self.candidates, self.embedding)
         name = self.right_name
         if name is None:
             return
@@ -156,11 +155,9 @@ def ranked(p_yes: list[float], threshold: float, top_k: int | None,
     return kept[:top_k] if top_k is not None else kept
 
 
-def check_blocking(target: float | None, delta: float, candidates: int | None, embedding: str | None,
-                   top_k: int | None, cascade: bool) -> None:
+def check_blocking(target: float | None, delta: float, candidates: int | None, embedding: str | None) -> None:
     """A blocked join's settings: a recall target certified at a level (over the product, or over
-    the left rows' top_k), or each left row's best candidates; never both, and (for now) neither
-    with a cascade."""
+    the left rows' top_k), or each left row's best candidates; never both."""
     if target is not None and not 0 < target <= 1:  # NaN too
         raise ValueError(f"recall_target must be in (0, 1], got {target}")
     if not 0 < delta < 1:
@@ -169,8 +166,6 @@ def check_blocking(target: float | None, delta: float, candidates: int | None, e
         raise ValueError(f"candidates must be at least 1, got {candidates}")
     if target is not None and candidates is not None:
         raise ValueError("recall_target and candidates are two ways to choose the pairs asked: give one")
-    if cascade and (target is not None or candidates is not None):
-        raise ValueError("a cascade answers every pair; it does not yet go with recall_target or candidates")
     if embedding is not None and target is None and candidates is None:
         raise ValueError("embedding scores the pairs a blocked join asks: give recall_target or candidates too")
     if embedding is not None and not embedding.strip():

@@ -205,6 +205,8 @@ def describe(report: dict) -> str:
         said += (f": each left row's {report['candidates']} best, and {report['sampled_below']:,} others sampled; "
                  f"recall estimated {report['recall_estimate']:.3f}, at least {low:.3f} with probability "
                  f"{1 - report['delta']:g} (an estimate, not a target)")
+    if "escalated" in report:
+        said += f"; {report['escalated']:,} of the pairs asked escalated to the cascade model"
     return said + (f"; {report['why']}" if report.get("why") else "")
 
 
@@ -216,7 +218,7 @@ def window_delta(delta: float, k: int, last: bool) -> float:
 
 
 SUMMED = ("pairs", "asked", "asked_above", "sampled_below", "matched_above", "found_below", "bound_below", "below",
-          "matched", "delta")
+          "matched", "escalated", "delta")
 
 
 def combined(a: dict | None, b: dict | None) -> dict | None:

@@ -16,7 +16,6 @@ tables' content and the condition, so a rerun asks the same pairs (the answer st
 
 import hashlib
 import math
-from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -27,6 +26,8 @@ from quail.kinds.join import partner, ranked
 from quail.ops.candidates import VectorProduct
 from quail.ops.join import JoinResult
 from quail.planner.recall import certify, draw_below
+from quail.runtime.cascade import choose_pair_band
+from quail.runtime.pairs import Pairs
 from quail.sampling import FIRST_CUT, TOP_K_SLACK, predict_blocked, sample_size, upper_bound
 from quail.specs import OperatorSpec
 
@@ -37,31 +38,53 @@ if TYPE_CHECKING:
 
 def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right: list[str], reuse: "Reuse",
                  retain: "Retain | None", truncate: bool, left_rows: list[int],
-                 right_rows: list[int]) -> tuple[JoinResult, list[list[int]], Stats]:
-    """Each left row's P(yes) of the right rows it asked, and which (per left row, in order)."""
+                 right_rows: list[int]) -> tuple[JoinResult, list[list[int]], set[tuple[int, int]], Stats]:
+    """Each left row's P(yes) of the right rows it asked, and which (per left row, in order); the
+    pairs a cascade's larger model answered. With a cascade, an asked pair's P(yes) is the full
+    cascade join's: the session's model answers it, and the larger model where the band (chosen, for
+    a target, on the product's sample, as the full join chooses it) leaves it unsure."""
     n, m = len(left), len(right)
-    p_of: dict[int, float] = {}  # pair id (i * m + j) -> P(yes)
+    pairs = Pairs(left, right, spec.questions[0], reuse, truncate, left_rows, right_rows, spec.calibration,
+                  partner(spec), spec.condition_first)
+    p_of: dict[int, float] = {}  # pair id -> P(yes)
+    first: dict[int, float] = {}  # pair id -> the session's model's P(yes), where a cascade may replace it
     bias: dict[int, float] = {}  # right row -> its content-free P(yes), where the model calibrates: probed once
     stats = Stats(pages_total=session.engine.settings.arena_pages)
+    escalated: set[int] = set()
+    cascade_model = session.cascade_model(spec.cascade.model) if spec.cascade is not None else None
+    band = spec.cascade.band() if spec.cascade is not None and spec.cascade.chosen else None
+    large_bias: dict[int, float] = {}
+    small_stats, large_stats = Stats(), Stats()
+
+    def answered(ids: list[int]) -> dict[int, float]:
+        found, asked = pairs.ask(session, [k for k in ids if k not in first], retain, bias)
+        first.update(found)
+        small_stats.merge(asked)
+        return {k: first[k] for k in ids}
 
     def ask(ids: np.ndarray) -> np.ndarray:
-        rows: dict[int, list[int]] = defaultdict(list)
-        for pair in ids.tolist():
-            if pair not in p_of:
-                rows[pair // m].append(pair % m)
-        if rows:
-            result, asked = session.join(left, right, spec.questions[0], reuse, retain, truncate, None, left_rows,
-                                         right_rows, spec.calibration, partner(spec),
-                                         [rows.get(i, []) for i in range(n)], spec.condition_first, bias)
-            stats.merge(asked)
-            for i, js in rows.items():
-                p_of.update((i * m + j, p) for j, p in zip(js, result.p_yes[i]))
+        new = [k for k in dict.fromkeys(ids.tolist()) if k not in p_of]
+        if new:
+            p_of.update(answered(new))
+            if cascade_model is not None and band is not None:
+                low, high = band
+                unsure = [k for k in new if low <= p_of[k] <= high]
+                checked, more = pairs.ask(cascade_model, unsure, None, large_bias)
+                p_of.update(checked)
+                escalated.update(unsure)
+                large_stats.merge(more)
         return np.array([p_of[pair] >= spec.threshold for pair in ids.tolist()], bool)
 
     if n and m:
         product, vector_stats = scored_product(session, spec, left, right, reuse, retain, truncate, left_rows,
                                                right_rows)
         stats.merge(vector_stats)
+        if cascade_model is not None and spec.cascade is not None and band is None:
+            cascade, chosen = choose_pair_band(cascade_model, spec.cascade, pairs, spec.threshold, large_bias,
+                                               answered)
+            band = cascade.band()
+            stats.merge(small_stats.of_model(f"{session.loaded.name} (choosing the band)", len(first))).merge(chosen)
+            small_stats = Stats()
         seed = _seed(spec, left, right)
         if spec.recall_target is not None and spec.top_k is not None:
             report = _top_k(product, ask, p_of, spec.top_k, spec.threshold, spec.recall_target, spec.recall_delta,
@@ -73,14 +96,21 @@ def blocked_join(session: "Session", spec: OperatorSpec, left: list[str], right:
     else:
         report = {"mode": "empty", "pairs": 0, "asked": 0, "recall_lower": 1.0,
                   "why": "a side has no rows: the join is empty, and its recall 1"}
+    if cascade_model is None:
+        stats.merge(small_stats)
+    else:
+        stats.merge(small_stats.of_model(session.loaded.name, len({k // m for k in p_of})))
+        stats.merge(large_stats.of_model(cascade_model.loaded.name, len({k // m for k in escalated})))
     stats.blocking = report | {"asked": len(p_of), "embedding": spec.embedding or "the model's own hidden states",
                                "matched": sum(p >= spec.threshold for p in p_of.values())}
-    result, pairs = JoinResult([[] for _ in range(n)]), [cast(list[int], []) for _ in range(n)]
+    if cascade_model is not None:
+        stats.blocking["escalated"] = len(escalated)
+    result, asked = JoinResult([[] for _ in range(n)]), [cast(list[int], []) for _ in range(n)]
     for pair in sorted(p_of):
         i, j = divmod(pair, m)
-        pairs[i].append(j)
+        asked[i].append(j)
         result.p_yes[i].append(p_of[pair])
-    return result, pairs, stats
+    return result, asked, {divmod(k, m) for k in escalated}, stats
 
 
 def scored_product(session: "Session", spec: OperatorSpec, left: list[str], right: list[str], reuse: "Reuse",

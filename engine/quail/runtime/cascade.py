@@ -18,6 +18,7 @@ from quail.ops.join import JoinResult
 from quail.planner.band import decides
 from quail.planner.guarantee import Guarantee, choose, choose_labels
 from quail.reuse import Retain, Reuse
+from quail.runtime.pairs import Pairs
 from quail.session import Session
 from quail.specs import Cascade
 
@@ -117,46 +118,44 @@ def cascade_join(session: Session, cascade: Cascade, left: list[str], right: lis
     """A join cascade, per pair: the session's model answers every pair; the pairs whose P(yes) lies
     inside the band are answered again by the larger model (each left row with its unsure right
     rows), whose P(yes) replaces its own. For a target the band is chosen on a sample of these
-    pairs; `threshold` decides the larger model's answers on it. Returns the answers, the pairs
-    (left index, right index) the larger model answered, and the accounting."""
-    left_rows = left_rows if left_rows is not None else list(range(len(left)))
-    right_rows = right_rows if right_rows is not None else list(range(len(right)))
+    pairs (`choose_pair_band`). Returns the answers, the pairs (left index, right index) the larger
+    model answered, and the accounting."""
+    pairs = Pairs(left, right, condition, reuse, truncate,
+                  left_rows if left_rows is not None else list(range(len(left))),
+                  right_rows if right_rows is not None else list(range(len(right))), calibration, partner,
+                  condition_first)
     cascade_model = session.cascade_model(cascade.model)
-    result, stats = session.join(left, right, condition, reuse, retain, truncate, progress, left_rows, right_rows,
-                                 calibration, partner, condition_first=condition_first)
+    bias: dict[int, float] = {}  # the larger model's right rows' content-free P(yes), probed once
+    result, stats = session.join(left, right, condition, reuse, retain, truncate, progress, pairs.left_rows,
+                                 pairs.right_rows, calibration, partner, condition_first=condition_first)
     stats.of_model(session.loaded.name, len(left))
-
-    def asked(pairs: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], float], Stats]:
-        """The larger model's P(yes) of these pairs, a left row at a time with its right rows."""
-        by_left: dict[int, list[int]] = {}
-        for i, j in pairs:
-            by_left.setdefault(i, []).append(j)
-        found: dict[tuple[int, int], float] = {}
-        done = Stats()
-        for i, js in by_left.items():
-            r, more = cascade_model.join([left[i]], [right[j] for j in js], condition, reuse, None, truncate,
-                                         _tokens_only(progress), [left_rows[i]], [right_rows[j] for j in js],
-                                         calibration, partner, condition_first=condition_first)
-            found.update(((i, j), p) for j, p in zip(js, r.p_yes[0]))
-            done.merge(more)
-        return found, done
-
+    m = len(right)
     if not cascade.chosen:
-        every = [(i, j) for i in range(len(left)) for j in range(len(right))]
-        picked = [every[k] for k in _sample(left + right, cascade.sample, len(every))]
-        checked, chosen = asked(picked)
-        g = choose(*cascade.goal(), cascade.delta, [[result.p_yes[i][j]] for i, j in picked],
-                   [checked[pair] >= threshold for pair in picked])
-        cascade = replace(cascade, low=g.low, high=g.high)
-        stats.merge(_guaranteed(chosen.of_model(f"{cascade_model.loaded.name} (choosing the band)", len(picked)), g))
+        cascade, chosen = choose_pair_band(cascade_model, cascade, pairs, threshold, bias,
+                                           lambda ids: {k: result.p_yes[k // m][k % m] for k in ids})
+        stats.merge(chosen)
     low, high = cascade.band()
-    unsure = [(i, j) for i, row in enumerate(result.p_yes) for j, p in enumerate(row) if low <= p <= high]
+    unsure = [i * m + j for i, row in enumerate(result.p_yes) for j, p in enumerate(row) if low <= p <= high]
     if unsure:
-        checked, more = asked(unsure)
-        for (i, j), p in checked.items():
-            result.p_yes[i][j] = p
-        stats.merge(more.of_model(cascade_model.loaded.name, len({i for i, _ in unsure})))
-    return result, set(unsure), stats
+        checked, more = pairs.ask(cascade_model, unsure, None, bias)
+        for k, p in checked.items():
+            result.p_yes[k // m][k % m] = p
+        stats.merge(more.of_model(cascade_model.loaded.name, len({k // m for k in unsure})))
+    return result, {divmod(k, m) for k in unsure}, stats
+
+
+def choose_pair_band(cascade_model: Session, cascade: Cascade, pairs: Pairs, threshold: float,
+                     bias: dict[int, float], small: Callable[[list[int]], dict[int, float]]) -> tuple[Cascade, Stats]:
+    """A join cascade's band chosen for its target on a seeded uniform sample of the product's
+    pairs, which the larger model answers at `threshold`; `small`: the small model's P(yes) of
+    the sampled pairs. The sample is the product's, whichever pairs a blocked join asks, so a
+    blocked join chooses the band that the full join would."""
+    picked = _sample(pairs.left + pairs.right, cascade.sample, pairs.size)
+    first = small(picked)
+    checked, chosen = pairs.ask(cascade_model, picked, None, bias)
+    g = choose(*cascade.goal(), cascade.delta, [[first[k]] for k in picked], [checked[k] >= threshold for k in picked])
+    return (replace(cascade, low=g.low, high=g.high),
+            _guaranteed(chosen.of_model(f"{cascade_model.loaded.name} (choosing the band)", len(picked)), g))
 
 
 def _tokens_only(progress: Callable[[int, int], None] | None) -> Callable[[int, int], None] | None:

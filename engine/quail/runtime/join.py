@@ -29,7 +29,8 @@ class JoinRuntime(KindRuntime):
         if spec.recall_target is not None or spec.candidates is not None:
             from quail.runtime.blocking import blocked_join
 
-            r, asked, stats = blocked_join(session, spec, ltexts, rtexts, reuse, retain, truncate, lrows, rrows)
+            r, asked, escalated, stats = blocked_join(session, spec, ltexts, rtexts, reuse, retain, truncate, lrows,
+                                                      rrows)
         elif spec.cascade is None:
             r, stats = session.join(ltexts, rtexts, spec.questions[0], reuse, retain, truncate, progress, lrows,
                                     rrows, spec.calibration, partner(spec), condition_first=spec.condition_first)
@@ -45,7 +46,9 @@ class JoinRuntime(KindRuntime):
         columns = {}
         if spec.cascade is not None:  # the pairs the larger model answered that did not match, unranked: for review
             matched = {(i, j) for i, j, _, _ in pairs}
-            pairs += [(i, j, r.p_yes[i][j], None) for i, j in sorted(escalated - matched)]
+            p_of = {(i, j): p for i, ps in enumerate(r.p_yes)
+                    for j, p in zip(asked[i] if asked else range(len(ps)), ps)}
+            pairs += [(i, j, p_of[i, j], None) for i, j in sorted(escalated - matched)]
             columns["escalated"] = pa.array([(i, j) in escalated for i, j, _, _ in pairs], pa.bool_())
         return pa.table({"left_row": pa.array([lrows[i] for i, _, _, _ in pairs], pa.int64()),
                          "right_row": pa.array([rrows[j] for _, j, _, _ in pairs], pa.int64()),

@@ -71,8 +71,10 @@ class Session:
         say(f"loading {model} ({dtype}, device {device})")
         started = time.perf_counter()
         loaded = load_model(model, dtype, device)
-        say(f"loaded {loaded.name} in {time.perf_counter() - started:.1f} s, {loaded.model.dtype} "
-            f"({loaded.dtype_why}), attention {loaded.model.attention_name} ({loaded.model.attention_why})")
+        read = "loaded" if loaded.model.weights_loaded else "opened"
+        say(f"{read} {loaded.name} in {time.perf_counter() - started:.1f} s, {loaded.model.dtype} "
+            f"({loaded.dtype_why}), attention {loaded.model.attention_name} ({loaded.model.attention_why})"
+            + ("" if loaded.model.weights_loaded else "; its weights are read at their first use"))
         started = time.perf_counter()
         settings = PhysicalSettings.for_model(loaded.model, arena_pages, max_batch_tokens, gpu_memory_utilization)
         say(f"arena sized in {time.perf_counter() - started:.1f} s: {settings.arena_pages:,} pages")

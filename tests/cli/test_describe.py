@@ -6,7 +6,7 @@ GIB = 1 << 30
 INFO = {"model": "smollm2-135m", "dtype": "float32", "dtype_why": "given", "attention": "torch",
         "attention_why": "no kernel for float32", "device": "cpu", "arena_pages": 256, "free_pages": 200,
         "retained_pages": 56, "max_batch_tokens": 2048, "memory": None, "cascade_models": [],
-        "answer_store": "/tmp/answers.sqlite"}
+        "answer_store": "/tmp/answers.sqlite", "weights_loaded": True}
 JOB = {"ref": "0123456789abcdef", "identity": {"dag_id": "news", "run_id": "r1", "task_id": "sport"},
        "state": "running", "rows_done": 30, "rows": 100, "tokens_per_second": 1234.5, "tokens_computed": 5000,
        "stats": None, "table_rows": None, "first_row": 0, "eta_seconds": None}
@@ -24,6 +24,8 @@ def test_a_worker_is_its_model_device_arena_and_store():
     assert ("on cuda:0: 70.0 of 80.0 GiB free after 3.00 GiB of weights, reserve 0.50 GiB; arena 256 pages "
             "(90% of free memory less the reserve)") in line
     assert line.endswith("; cascade models loaded: qwen2.5-coder-1.5b")
+    assert "no kernel for float32; weights not read yet: at the first job that computes) on cpu" in describe_worker(
+        {**INFO, "weights_loaded": False})
 
 
 def test_a_job_is_whose_it_is_and_how_far_it_got():

@@ -67,6 +67,53 @@ def test_a_second_load_maps_the_converted_weights_and_reads_no_gguf(gguf, monkey
     assert first.tokenizer.chat == second.tokenizer.chat and first.tokenizer.stop_ids == second.tokenizer.stop_ids
 
 
+def test_a_load_reads_no_weight_until_one_is_used_and_then_the_same(gguf):
+    first = load_model(str(gguf), "float32")
+    assert first.model.weights_loaded  # converted as it loaded
+    second = load_model(str(gguf), "float32")
+    assert not second.model.weights_loaded and second.identity == first.identity
+    assert second.model.nbytes == first.model.nbytes  # the arena is sized as for the weights read
+    assert _same(first, second) and second.model.weights_loaded
+
+
+def test_weights_gone_after_the_load_are_converted_again_at_their_first_use(gguf):
+    first = load_model(str(gguf), "float32")
+    second = load_model(str(gguf), "float32")
+    shutil.rmtree(converted.folder(first.digest))
+    assert _same(first, second)
+    assert sorted(p.name for p in converted.folder(first.digest).iterdir()) == [
+        "float32.json", "float32.safetensors", "tokenizer.json"]
+
+
+def test_a_rerun_whose_answers_are_all_stored_reads_no_weight(gguf, tmp_path, monkeypatch):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "reviews.parquet"
+    pq.write_table(pa.table({"text": ["The battery died.", "Works perfectly.", "The screen cracked."]}), table)
+
+    def run(name):
+        with pytest.raises(SystemExit) as e:
+            main(["filter", str(table), "--text-column", "text", "--predicate", "Is the customer unhappy?",
+                  "--keep-all", "--model", str(gguf), "--dtype", "float32",
+                  "--output", str(tmp_path / f"{name}.parquet"), "--stats", str(tmp_path / f"{name}.json")])
+        assert e.value.code == 0
+        return pq.read_table(tmp_path / f"{name}.parquet"), json.loads((tmp_path / f"{name}.json").read_text())
+
+    first, _ = run("first")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a weight was read")
+
+    monkeypatch.setattr("quail.model.loader._mapped", refuse)
+    _no_gguf(monkeypatch)
+    again, stats = run("again")
+    assert stats["tokens_computed"] == 0 and stats["tokens_reused"]["store"] == stats["tokens_naive"] > 0
+    assert again.equals(first)
+
+
 def test_a_files_digest_is_computed_again_once_anything_changes_it(gguf):
     files = model_files(gguf)
     loaded = load_model(str(gguf), "float32")

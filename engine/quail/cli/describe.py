@@ -11,8 +11,9 @@ def describe_worker(info: dict) -> str:
               f"arena {info['arena_pages']:,} pages ({m['rule']})") if m else \
         f"{info['device']}: arena {info['arena_pages']:,} pages"
     cascades = f"; cascade models loaded: {', '.join(info['cascade_models'])}" if info["cascade_models"] else ""
+    weights = "" if info["weights_loaded"] else "; weights not read yet: at the first job that computes"
     return (f"{info['model']} ({info['dtype']}: {info.get('dtype_why') or 'given'}; attention {info['attention']}: "
-            f"{info['attention_why']}) on {memory}, "
+            f"{info['attention_why']}{weights}) on {memory}, "
             f"{info['free_pages']:,} free, {info['retained_pages']:,} retained; {info['max_batch_tokens']:,} tokens "
             f"a pass; answers in {info.get('answer_store') or 'no store'}{cascades}")
 

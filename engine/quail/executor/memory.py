@@ -7,7 +7,7 @@ Airflow and the tables being read, and a CPU is limited by compute, not by KV (1
 tokens of the default 0.5B model, many forward passes' worth). Either way an arena, or an explicit
 `arena_pages`, that does not fit the memory available is refused before anything is allocated."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -116,7 +116,10 @@ def plan_memory(model: LlamaModel, max_batch_tokens: int, page_size: int, utiliz
     cfg = model.cfg
     page_bytes = KVArena.page_bytes(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype, page_size)
     reserve = measure_reserve(model, max_batch_tokens, page_size)
-    return size_arena(device_memory(model.device), gpu=model.device.type == "cuda", weights_bytes=model.nbytes,
+    memory = device_memory(model.device)
+    if not model.weights_loaded:  # read at their first use, when they take their room
+        memory = replace(memory, free=max(0, memory.free - model.nbytes))
+    return size_arena(memory, gpu=model.device.type == "cuda", weights_bytes=model.nbytes,
                       reserve_bytes=reserve, page_bytes=page_bytes, utilization=utilization,
                       min_pages=-(-max_batch_tokens // page_size), arena_pages=arena_pages,
                       device=f"{model.device} ({device_name(model.device)})")

@@ -85,20 +85,51 @@ def recorded_config(digest: str) -> ModelConfig | None:
     return None
 
 
+def _record(digest: str, dtype: str) -> tuple[dict, Path, Path] | None:
+    """The record of the model `digest`'s converted files in `dtype`, and the weights' and the
+    tokenizer's paths; None where they are not all there and this user's. Raises on a record of
+    another format or model."""
+    where = folder(digest)
+    record_path, weights_path, tokenizer_path = where / f"{dtype}.json", where / f"{dtype}.safetensors", \
+        where / _TOKENIZER
+    if not all(owned_file(p) for p in (record_path, weights_path, tokenizer_path)):
+        return None
+    record = json.loads(record_path.read_text())
+    if record.get("format") != FORMAT or record.get("digest") != digest or record.get("dtype") != dtype:
+        raise ValueError("a record of another format or model")
+    return record, weights_path, tokenizer_path
+
+
+def converted_card(digest: str, dtype: str) -> tuple[ModelConfig, Tokenizer] | None:
+    """The config and the tokenizer kept with the model `digest`'s converted weights in `dtype`:
+    what a run needs before it knows whether it computes anything. The tokenizer is checked byte for
+    byte now (the answer store's keys are its tokens), the weights when they are read
+    (`open_converted`). None where they are not there or not whole: the load converts."""
+    if root() is None:
+        return None
+    try:
+        found = _record(digest, dtype)
+        if found is None:
+            return None
+        record, _, tokenizer_path = found
+        if file_sha256(tokenizer_path) != str(record["tokenizer_sha256"]):
+            return None
+        return _config(record["config"]), Tokenizer.from_file(tokenizer_path)
+    except Exception:  # noqa: BLE001 (an unreadable record helps no one: the load converts)
+        return None
+
+
 def open_converted(digest: str, dtype: str) -> Converted | None:
     """The converted files of the model `digest` in `dtype`, or None where there are none (or they
     are not this user's, or their record is unreadable: then they are removed, to be rebuilt)."""
     if root() is None:
         return None
     where = folder(digest)
-    record_path, weights_path, tokenizer_path = where / f"{dtype}.json", where / f"{dtype}.safetensors", \
-        where / _TOKENIZER
     try:
-        if not all(owned_file(p) for p in (record_path, weights_path, tokenizer_path)):
+        found = _record(digest, dtype)
+        if found is None:
             return None
-        record = json.loads(record_path.read_text())
-        if record.get("format") != FORMAT or record.get("digest") != digest or record.get("dtype") != dtype:
-            raise ValueError("a record of another format or model")
+        record, weights_path, tokenizer_path = found
         config = _config(record["config"])
         expected = {weights_path: str(record["weights_sha256"]), tokenizer_path: str(record["tokenizer_sha256"])}
         weights = SafetensorsWeights([weights_path])

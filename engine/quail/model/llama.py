@@ -6,7 +6,8 @@ a second copy of the model. Q/K/V and gate/up are fused into single matmuls here
 """
 
 import math
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 import torch
@@ -87,15 +88,57 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 class LlamaModel:
     RAW_WEIGHTS = ("rope_freqs.weight",)  # read in the dtype they come in; every other weight in `dtype`
+    _pending: "Callable[[], LlamaModel] | None"  # a deferred model's weights, until read
+    _lock: threading.Lock  # a deferred model's: its weights are read once
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16,
                  device: str | torch.device = "cpu", attention: str = "auto"):
         """attention: as select_attention takes it ("auto", "triton", "torch" or "cpu")."""
+        self._shape(cfg, dtype, device, attention)
+        self._pending = None
+        self._build(weights)
+
+    @classmethod
+    def deferred(cls, cfg: ModelConfig, dtype: torch.dtype, device: str | torch.device,
+                 build: Callable[[], "LlamaModel"], attention: str = "auto") -> "LlamaModel":
+        """A model whose weights are read at the first use of one (`build` gives the model built, in
+        this dtype, on this device): a run whose answers are all stored reads none. Its shape,
+        dtype, device and attention, which its identity names, are known before."""
+        model = cls.__new__(cls)
+        model._shape(cfg, dtype, device, attention)
+        model._pending = build
+        model._lock = threading.Lock()
+        return model
+
+    @property
+    def weights_loaded(self) -> bool:
+        return self.__dict__.get("_pending") is None
+
+    def __getattr__(self, name: str) -> object:
+        """Called only for what is not set: a deferred model's weights, which are read now."""
+        if name.startswith("__") or self.__dict__.get("_pending") is None:
+            raise AttributeError(name)
+        with self._lock:
+            if (build := self.__dict__.get("_pending")) is not None:
+                built = build()
+                if (built.cfg, built.dtype, built.device, built.attention_name) != \
+                        (self.cfg, self.dtype, self.device, self.attention_name):
+                    raise ValueError("the weights read are not of the model its identity names")
+                self.__dict__.update({k: v for k, v in built.__dict__.items() if k not in ("_pending", "_lock")})
+                self._pending = None
+        return getattr(self, name)
+
+    def _shape(self, cfg: ModelConfig, dtype: torch.dtype, device: str | torch.device, attention: str) -> None:
         self.cfg = cfg
         self.dtype = dtype
         self.device = torch.device(device)
         self.attention, self.attention_name, self.attention_why = select_attention(
             attention, self.device, dtype, cfg.head_dim)
+        self.vector_layer = max(1, round(VECTOR_DEPTH * cfg.num_layers))  # blocks before the vectors are read
+        self.scale = cfg.head_dim**-0.5
+
+    def _build(self, weights: Mapping[str, torch.Tensor]) -> None:
+        cfg, dtype = self.cfg, self.dtype
 
         def w(name: str) -> torch.Tensor:  # a copy: a tensor read from a memory-mapped file would change with the file
             return weights[name].to(device=self.device, dtype=dtype, copy=True).contiguous()
@@ -124,15 +167,21 @@ class LlamaModel:
                 )
             )
         self.inv_freq = inverse_frequencies(cfg, weights.get("rope_freqs.weight")).to(self.device)
-        self.scale = cfg.head_dim**-0.5
         gate_up_row = 2 * cfg.intermediate_size * self.embed.element_size()
         packed = bool(self.layers) and self.layers[0].gate_up.packed
         self.mlp_rows = max(256, MLP_BLOCK_BYTES // gate_up_row) if packed else None
-        self.vector_layer = max(1, round(VECTOR_DEPTH * cfg.num_layers))  # blocks before the vectors are read
 
     @property
     def nbytes(self) -> int:
-        """Bytes the weights take on the device (a tied lm_head counted once)."""
+        """Bytes the weights take on the device (a tied lm_head counted once); a deferred model's,
+        from its shape."""
+        if not self.weights_loaded:
+            c = self.cfg
+            qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+            layer = c.hidden_size * (qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size + 2) \
+                + (qkv if c.qkv_bias else 0)
+            embed = c.vocab_size * c.hidden_size * (1 if c.tie_embeddings else 2)
+            return (embed + c.hidden_size + c.num_layers * layer) * torch.empty((), dtype=self.dtype).element_size()
         tensors = {id(t): t for t in (self.embed, self.lm_head, self.norm)}
         tensors |= {id(p): p for layer in self.layers for f in fields(layer)
                     if (p := getattr(layer, f.name)) is not None}

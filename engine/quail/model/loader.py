@@ -12,7 +12,7 @@ import torch
 from quail.device import cpu_info, resolve_device
 from quail.errors import QuailError
 from quail.model.config import ModelConfig
-from quail.model.converted import Writer, discard, open_converted, recorded_config
+from quail.model.converted import Writer, converted_card, discard, open_converted, recorded_config
 from quail.model.converted import root as converted_root
 from quail.model.cpu_dtype import cpu_dtype
 from quail.model.identity import Fingerprint, digest_while, fingerprint, model_files, record_digest, recorded_digest
@@ -111,9 +111,10 @@ def _cpu_kind() -> str:
     return hashlib.sha256(f"{cpu_info()[0]}\x1f{torch.__version__}".encode()).hexdigest()[:8]
 
 
-def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
+def load_model(spec: str, dtype: str = "auto", device: str = "cpu", defer: bool = True) -> LoadedModel:
     """device: as `--device` takes it (quail.device.resolve_device). A GGUF model whose converted
-    weights are kept (model/converted.py) maps them; the first load converts and keeps them."""
+    weights are kept (model/converted.py) maps them, at the first use of a weight (`defer`: a run
+    whose answers are all stored reads none); the first load converts and keeps them."""
     if dtype not in DTYPE_CHOICES:
         raise QuailError(f"dtype {dtype!r}: choose one of {', '.join(DTYPE_CHOICES)}", parameter="dtype")
     on = resolve_device(device)
@@ -124,7 +125,9 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
     recorded = recorded_digest(path, files)
     if recorded is not None and pinned is not None and recorded != pinned:
         recorded = None
-    loaded = _mapped(recorded, dtype, on) if recorded is not None and not path.is_dir() else None
+    loaded = None
+    if recorded is not None and not path.is_dir():
+        loaded = _deferred(spec, recorded, dtype, on) if defer else _mapped(recorded, dtype, on)
     writer: Writer | None = None
     if loaded is not None:
         cfg, model, tokenizer, why = loaded
@@ -164,6 +167,35 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> LoadedMod
         writer.commit(digest, cfg, tokenizer)
     name = spec if spec in EMBEDDED else Path(spec).name
     return LoadedModel(name, cfg, model, tokenizer, digest, why, tuple(files), before)
+
+
+def _deferred(spec: str, digest: str, dtype: str,
+              on: torch.device) -> tuple[ModelConfig, LlamaModel, Tokenizer, str] | None:
+    """The model's config and tokenizer from its kept converted weights, and the model, whose weights
+    are mapped at the first use of one (and converted again from `spec`, should they be damaged or
+    gone by then); None where none are kept."""
+    if dtype == "auto":
+        cfg = recorded_config(digest)
+        if cfg is None:
+            return None
+        dtype, why = resolve_dtype(dtype, on, cfg)
+    else:
+        why = "given"
+    card = converted_card(digest, dtype)
+    if card is None:
+        return None
+    cfg, tokenizer = card
+
+    def build() -> LlamaModel:
+        mapped = _mapped(digest, dtype, on)
+        if mapped is not None:
+            return mapped[1]
+        again = load_model(spec, dtype, str(on), defer=False)
+        if again.digest != digest:
+            raise QuailError(f"model {spec}: its file changed after it was opened; run again", parameter="model")
+        return again.model
+
+    return cfg, LlamaModel.deferred(cfg, DTYPES[dtype], on, build), tokenizer, why
 
 
 def _mapped(digest: str, dtype: str, on: torch.device) -> tuple[ModelConfig, LlamaModel, Tokenizer, str] | None:

@@ -43,8 +43,8 @@ BUSY_TIMEOUT = 600.0  # seconds a submission waits for a busy worker to take it
 Shape = dict[str, type | tuple[type, ...]]
 INFO: Shape = {"model": str, "identity": str, "current": bool, "arena_pages": int, "free_pages": int,
                "retained_pages": int, "queued_tokens": int, "active_jobs": int, "device": str, "dtype": str,
-               "attention": str, "attention_why": str, "max_batch_tokens": int, "page_size": int,
-               "cascade_models": list, "memory": (dict, type(None))}
+               "weights_loaded": bool, "attention": str, "attention_why": str, "max_batch_tokens": int,
+               "page_size": int, "cascade_models": list, "memory": (dict, type(None))}
 STATUS: Shape = {"job": str, "state": str, "rows": int, "rows_done": int, "tokens_computed": int, "identity": dict}
 LISTING: Shape = {"ref": str, "state": str, "rows": int, "rows_done": int, "identity": dict}
 

@@ -309,7 +309,7 @@ class Worker(flight.FlightServerBase):
         return {"model": self.session.loaded.name, "identity": self.model, "current": self._current(),
                 "dtype": str(engine.model.dtype).removeprefix("torch."), "dtype_why": self.session.loaded.dtype_why,
                 "attention": engine.model.attention_name, "attention_why": engine.model.attention_why,
-                "device": str(engine.model.device),
+                "device": str(engine.model.device), "weights_loaded": engine.model.weights_loaded,
                 "arena_pages": engine.settings.arena_pages,
                 "free_pages": engine.free_pages, "retained_pages": engine.pool.pages,
                 "max_batch_tokens": engine.settings.max_batch_tokens, "page_size": engine.settings.page_size,

@@ -77,8 +77,9 @@ def _the_task_log_tells(log: str, manifests: dict) -> None:
                 f"saved); reused: rewind {r['rewind']:,}, sharing {r['sharing']:,}, retention {r['retention']:,}") in log
         assert f"forward passes {s['forward_passes']}, peak pages {s['pages_peak']} of {s['pages_total']}" in log
     for phase in ("starting a local Quail worker for smollm2-135m", "loading smollm2-135m (float32, device auto)",
-                  "loaded smollm2-135m in", "cost model calibrated in", "answers after"):
+                  "cost model calibrated in", "answers after"):
         assert phase in log, phase
+    assert "loaded smollm2-135m in" in log or "opened smollm2-135m in" in log  # its weights read then, or later
     assert log.count("the local Quail worker for smollm2-135m is already running") >= len(manifests) - 1
 
 

@@ -45,6 +45,20 @@ def test_a_target_that_certifying_cannot_beat_asks_every_pair_and_says_so(tmp_pa
 
 @pytest.mark.model
 @pytest.mark.usefixtures("smollm2_for_every_session")
+def test_a_blocked_join_predicts_its_vector_reads_and_a_rerun_finds_them_stored(tmp_path, tables):
+    """Asking every pair (a target of 1), the prediction is the pairs' and each row's one read for its
+    vector, to the token; a rerun predicts and finds every read and every pair in the answer store."""
+    _, full = join(tmp_path, tables, "full", "--no-answer-store")
+    _, first = join(tmp_path, tables, "first", "--recall-target", "1.0")
+    _, again = join(tmp_path, tables, "again", "--recall-target", "1.0")
+    reads = first["tokens_naive"] - full["tokens_naive"]  # each left and right row read once
+    assert reads > 0 and first["predicted"]["tokens_naive"] == first["tokens_naive"]
+    assert again["tokens_computed"] == 0 and again["predicted"]["tokens_computed"] == 0
+    assert again["predicted"]["tokens_reused"]["store"] == again["tokens_reused"]["store"] == first["tokens_naive"]
+
+
+@pytest.mark.model
+@pytest.mark.usefixtures("smollm2_for_every_session")
 def test_a_calibrated_blocked_join_probes_each_right_row_once_and_answers_as_the_full_join(tmp_path, tables):
     full, _ = join(tmp_path, tables, "full", "--calibration", "contextual", "--no-answer-store")
     blocked, stats = join(tmp_path, tables, "blocked", "--calibration", "contextual", "--candidates", "2",

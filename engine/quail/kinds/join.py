@@ -145,6 +145,12 @@ def asked_share(spec: OperatorSpec, left: int, right: int) -> float:
     return predict_blocked(pairs, rows, spec.recall_target or 1.0, spec.recall_delta) / pairs
 
 
+def reads_vectors(spec: OperatorSpec) -> bool:
+    """Whether a join reads each of its rows for the model's own vectors: a blocked join that names
+    no embedding model."""
+    return (spec.recall_target is not None or spec.candidates is not None) and spec.embedding is None
+
+
 def ranked(p_yes: list[float], threshold: float, top_k: int | None,
            right: list[int] | None = None) -> list[tuple[int, float]]:
     """One left row's right rows (index, P(yes)) at or above the threshold, best first, ties in

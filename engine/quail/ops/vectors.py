@@ -76,9 +76,15 @@ class VectorAnswers:
         return ([v.tolist()] for v in result.vectors)
 
 
+def vector_keys(key: Callable[[str, list[int]], bytes], docs: list[list[int]], start: int,
+                layer: int) -> list[list[bytes]]:
+    """The answer store's key of each row's vector: its document, the layer its vector is read after
+    and where its text begins."""
+    return [[key(f"vector\x1f{layer}\x1f{start}", doc)] for doc in docs]
+
+
 def stored_vectors(run: Run, docs: list[list[int]], start: int, layer: int) -> tuple[VectorResult, Stats]:
-    """run_vectors with the vectors the store holds, keeping the new ones: a row's key is its
-    document, the layer its vector is read after and where its text begins."""
-    return with_answers(run.stored, lambda key: [[key(f"vector\x1f{layer}\x1f{start}", doc)] for doc in docs],
-                        VectorAnswers(), lambda known: run_vectors(run.engine, docs, start, run.reuse, run.retain,
-                                                                   run.progress, known))
+    """run_vectors with the vectors the store holds, keeping the new ones."""
+    return with_answers(run.stored, lambda key: vector_keys(key, docs, start, layer), VectorAnswers(),
+                        lambda known: run_vectors(run.engine, docs, start, run.reuse, run.retain, run.progress,
+                                                  known))

@@ -12,6 +12,8 @@ import pyarrow.compute as pc
 
 from quail.kinds.base import OperatorKind
 from quail.ops.stored import Stored
+from quail.planner.plan import OperatorPlan
+from quail.planner.predict import Prediction
 from quail.specs import OperatorSpec
 
 if TYPE_CHECKING:
@@ -61,6 +63,11 @@ class KindRuntime:
         """Prediction's view of the answer store: the documents (a calibration's content-free ones,
         with `probes`) that the run will answer from it, with the tokens of the prompts each stands for."""
         return {}
+
+    def reads(self, session: "Session", op: OperatorPlan, spec: OperatorSpec, docs: list[list[int]],
+              partners: list[str], truncate: bool, use_store: bool) -> Prediction:
+        """What the kind reads of its rows besides its prompts, predicted (a blocked join's vectors)."""
+        return Prediction()
 
     def store_hits_all(self, session: "Session", spec: OperatorSpec, docs: list[list[int]],
                    partners: list[str]) -> dict[int, int]:

@@ -113,6 +113,7 @@ def predict(session: Session, plan: Plan, spec: OperatorSpec, docs: list[list[in
     stored = runtime_of(spec.kind).store_hits(session, spec, t.docs, partners, False) if use_store else {}
     p = predict_operator(plan, spec.name, t, session.engine.settings.page_size, reached, stored)
     p.add(_probes(session, plan, spec, partners, truncate, use_store, probed))
+    p.add(runtime_of(spec.kind).reads(session, plan[spec.name], spec, docs, partners, truncate, use_store))
     return p
 
 

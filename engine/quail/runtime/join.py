@@ -8,7 +8,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quail.kinds import kind_of
-from quail.kinds.join import keys, pair_room, partner, ranked, render
+from quail.kinds.join import keys, pair_room, partner, ranked, reads_vectors, render
+from quail.planner.plan import OperatorPlan
+from quail.planner.predict import Prediction
+from quail.prefix_tree import PrefixTree
 from quail.runtime.base import Inputs, KindRuntime, stored
 from quail.specs import OperatorSpec
 
@@ -69,6 +72,43 @@ class JoinRuntime(KindRuntime):
                             False)
         prompts = self.store_hits_all(session, spec, docs, partners)
         return {i: prompts[i] for i, row in enumerate(known) if None not in row}
+
+    def reads(self, session: "Session", op: OperatorPlan, spec: OperatorSpec, docs: list[list[int]],
+              partners: list[str], truncate: bool, use_store: bool) -> Prediction:
+        """A blocked join scored by the model's own vectors reads each row once as a plain document
+        (runtime/blocking.py). A left row's read computes the document its pairs then find retained:
+        it adds its tokens to the naive count and to retention. A right row's is computed for its
+        vector alone, all but the preamble that prefix sharing gives it (a vector is read from its
+        text's start). A row whose vector the answer store holds is not read."""
+        p = Prediction()
+        if not docs or not partners or not reads_vectors(spec):
+            return p
+        from quail.ops.vectors import VectorAnswers, vector_keys
+
+        rights = session.layout.documents(partners)
+        if truncate:  # as Session.vectors cuts them
+            docs, rights = ([d[:session.context] for d in side] for side in (docs, rights))
+        start = len(session.layout.preamble)
+        held: set[int] = set()
+        if use_store:
+            store = stored(session)
+            found = store.known(vector_keys(store.key, docs + rights, start, session.engine.model.vector_layer),
+                                VectorAnswers(), False)
+            held = {i for i, v in enumerate(found) if v is not None}
+        for i, d in enumerate(docs + rights):
+            p.tokens_naive += len(d)
+            if i in held:
+                p.tokens_reused["store"] += len(d)
+            elif i < len(docs):
+                p.tokens_reused["retention"] += len(d)
+            else:
+                p.tokens_computed += len(d)
+        read = [d for j, d in enumerate(rights) if len(docs) + j not in held]
+        if op.sharing and read:
+            shared = sum(min(s, start) for s in PrefixTree.build(read, session.engine.settings.page_size).shared)
+            p.tokens_computed -= shared
+            p.tokens_reused["sharing"] += shared
+        return p
 
     def shape(self, spec: OperatorSpec, results: pa.Table, tables: list[pa.Table], source: str) -> pa.Table:
         left, right = tables

@@ -114,6 +114,17 @@ def test_a_rerun_whose_answers_are_all_stored_reads_no_weight(gguf, tmp_path, mo
     assert again.equals(first)
 
 
+def test_checked_weights_are_not_hashed_again_while_their_file_is_unchanged(gguf, monkeypatch):
+    first = load_model(str(gguf), "float32")
+    assert _same(first, load_model(str(gguf), "float32"))  # mapped, and checked on a thread
+    hashed, real = [], converted.file_sha256
+    monkeypatch.setattr("quail.model.converted.file_sha256", lambda p: hashed.append(p.suffix) or real(p))
+    assert _same(first, load_model(str(gguf), "float32")) and ".safetensors" not in hashed
+    weights = converted.folder(first.digest) / "float32.safetensors"
+    os.utime(weights)  # any change to the file: checked again
+    assert _same(first, load_model(str(gguf), "float32")) and ".safetensors" in hashed
+
+
 def test_a_files_digest_is_computed_again_once_anything_changes_it(gguf):
     files = model_files(gguf)
     loaded = load_model(str(gguf), "float32")

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from quail.model.config import ModelConfig, RopeScaling
-from quail.model.identity import file_sha256
+from quail.model.identity import file_sha256, fingerprint
 from quail.model.safetensors_loader import SafetensorsWeights
 from quail.model.tokenizer import Tokenizer
 from quail.paths import home
@@ -137,12 +137,41 @@ def open_converted(digest: str, dtype: str) -> Converted | None:
     except Exception as e:  # noqa: BLE001 (anything unreadable is rebuilt, never used)
         discard(where, f"unreadable ({e})")
         return None
+    return Converted(config, weights, tokenizer, _verify(where / f"{dtype}.verified", expected), where)
+
+
+def _verify(record: Path, expected: dict[Path, str]) -> Future:
+    """Whether the files hold the bytes of these sha256s, checked on a thread (hashlib releases the
+    GIL: the check runs beside the load). Once checked, the files' fingerprint is recorded (after
+    an fsync, so that it never outlives their bytes): while they keep it, as a model file's digest
+    is kept (model/identity.py), later loads do not read them twice."""
+    files = list(expected)
+    seen = fingerprint(files)
+    done: Future = Future()
+    try:
+        if owned_file(record) and json.loads(record.read_text()) == [list(f) for f in seen]:
+            done.set_result(True)
+            return done
+    except (OSError, ValueError):
+        pass
+
+    def check() -> bool:
+        if not all(file_sha256(p) == d for p, d in expected.items()):
+            return False
+        for p in files:
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        if fingerprint(files) == seen:
+            tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps([list(f) for f in seen]))
+            os.replace(tmp, record)
+        return True
+
     pool = ThreadPoolExecutor(1, thread_name_prefix="quail-verify")
-    try:  # hashlib releases the GIL: the check runs beside the load
-        verified = pool.submit(lambda: all(file_sha256(p) == d for p, d in expected.items()))
+    try:
+        return pool.submit(check)
     finally:
         pool.shutdown(wait=False)
-    return Converted(config, weights, tokenizer, verified, where)
 
 
 def discard(where: Path, why: str) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 from gguf import GGUFReader
-from gguf.quants import dequantize
 
 from quail.model.config import ModelConfig, RopeScaling
+from quail.model.dequantize import dequantize
 from quail.model.tokenizer import Tokenizer, tokenizer_from_gguf_fields
 
 _LAYER_NAMES = {
@@ -118,7 +118,7 @@ class GGUFWeights(Mapping):
     def __getitem__(self, name: str) -> torch.Tensor:
         t = self._tensors[name]
         shape = tuple(int(n) for n in reversed(t.shape))
-        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        w = dequantize(t.data, t.tensor_type).reshape(shape)
         if not w.flags.writeable:  # an unquantized tensor is a view of the read-only mapping
             w = w.copy()
         if self._cfg.arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):

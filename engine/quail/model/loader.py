@@ -169,21 +169,25 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu", defer: bool 
     return LoadedModel(name, cfg, model, tokenizer, digest, why, tuple(files), before)
 
 
+def _kept_dtype(digest: str, dtype: str, on: torch.device) -> tuple[str, str] | None:
+    """The dtype a model whose converted weights are kept loads in, and why ("auto" resolved with
+    the config they record); None where none are kept."""
+    if dtype != "auto":
+        return dtype, "given"
+    cfg = recorded_config(digest)
+    return None if cfg is None else resolve_dtype(dtype, on, cfg)
+
+
 def _deferred(spec: str, digest: str, dtype: str,
               on: torch.device) -> tuple[ModelConfig, LlamaModel, Tokenizer, str] | None:
     """The model's config and tokenizer from its kept converted weights, and the model, whose weights
     are mapped at the first use of one (and converted again from `spec`, should they be damaged or
     gone by then); None where none are kept."""
-    if dtype == "auto":
-        cfg = recorded_config(digest)
-        if cfg is None:
-            return None
-        dtype, why = resolve_dtype(dtype, on, cfg)
-    else:
-        why = "given"
-    card = converted_card(digest, dtype)
-    if card is None:
+    resolved = _kept_dtype(digest, dtype, on)
+    card = converted_card(digest, resolved[0]) if resolved is not None else None
+    if resolved is None or card is None:
         return None
+    dtype, why = resolved
     cfg, tokenizer = card
 
     def build() -> LlamaModel:
@@ -201,16 +205,11 @@ def _deferred(spec: str, digest: str, dtype: str,
 def _mapped(digest: str, dtype: str, on: torch.device) -> tuple[ModelConfig, LlamaModel, Tokenizer, str] | None:
     """The model built from its kept converted weights, where they are there and every byte of them
     is their writer's; None where not (a damaged copy is removed: the load converts again)."""
-    if dtype == "auto":
-        cfg = recorded_config(digest)
-        if cfg is None:
-            return None
-        dtype, why = resolve_dtype(dtype, on, cfg)
-    else:
-        why = "given"
-    converted = open_converted(digest, dtype)
-    if converted is None:
+    resolved = _kept_dtype(digest, dtype, on)
+    converted = open_converted(digest, resolved[0]) if resolved is not None else None
+    if resolved is None or converted is None:
         return None
+    dtype, why = resolved
     try:
         model = LlamaModel(converted.config, converted.weights, DTYPES[dtype], on)
     except Exception as e:  # noqa: BLE001 (a file that maps but builds no model is damaged too)

@@ -111,8 +111,9 @@ def converted_card(digest: str, dtype: str) -> tuple[ModelConfig, Tokenizer] | N
         found = _record(digest, dtype)
         if found is None:
             return None
-        record, _, tokenizer_path = found
-        if file_sha256(tokenizer_path) != str(record["tokenizer_sha256"]):
+        record, weights_path, tokenizer_path = found
+        if not _checked(digest, dtype, [weights_path, tokenizer_path]) \
+                and file_sha256(tokenizer_path) != str(record["tokenizer_sha256"]):
             return None
         return _config(record["config"]), Tokenizer.from_file(tokenizer_path)
     except Exception:  # noqa: BLE001 (an unreadable record helps no one: the load converts)
@@ -137,23 +138,30 @@ def open_converted(digest: str, dtype: str) -> Converted | None:
     except Exception as e:  # noqa: BLE001 (anything unreadable is rebuilt, never used)
         discard(where, f"unreadable ({e})")
         return None
-    return Converted(config, weights, tokenizer, _verify(where / f"{dtype}.verified", expected), where)
+    return Converted(config, weights, tokenizer, _verify(digest, dtype, expected), where)
 
 
-def _verify(record: Path, expected: dict[Path, str]) -> Future:
+def _checked(digest: str, dtype: str, files: list[Path]) -> bool:
+    """Whether these files still have the fingerprint recorded when their bytes were last found to
+    be their writer's (`_verify`)."""
+    record = folder(digest) / f"{dtype}.verified"
+    try:
+        return owned_file(record) and json.loads(record.read_text()) == [list(f) for f in fingerprint(files)]
+    except (OSError, ValueError):
+        return False
+
+
+def _verify(digest: str, dtype: str, expected: dict[Path, str]) -> Future:
     """Whether the files hold the bytes of these sha256s, checked on a thread (hashlib releases the
     GIL: the check runs beside the load). Once checked, the files' fingerprint is recorded (after
     an fsync, so that it never outlives their bytes): while they keep it, as a model file's digest
     is kept (model/identity.py), later loads do not read them twice."""
-    files = list(expected)
+    files, record = list(expected), folder(digest) / f"{dtype}.verified"
     seen = fingerprint(files)
     done: Future = Future()
-    try:
-        if owned_file(record) and json.loads(record.read_text()) == [list(f) for f in seen]:
-            done.set_result(True)
-            return done
-    except (OSError, ValueError):
-        pass
+    if _checked(digest, dtype, files):
+        done.set_result(True)
+        return done
 
     def check() -> bool:
         if not all(file_sha256(p) == d for p, d in expected.items()):

@@ -16,8 +16,9 @@ from airflow.exceptions import AirflowException
 
 from airflow_quail.hooks.quail import FanOut, QuailHook
 from airflow_quail.io import SqlLocation, check_target, iter_source, read_source, source_rows, write_target
+from airflow_quail.metrics import emit
 from airflow_quail.staging import WindowStage
-from airflow_quail.window_jobs import QuailTask, TaskTry, WindowJobs, reconnect
+from airflow_quail.window_jobs import QuailTask, TaskTry, WindowJobs
 from quail.errors import QuailError
 from quail.executor.stats import Stats
 from quail.pipeline.explain import describe_run
@@ -33,7 +34,7 @@ from quail.pipeline.windows import (
 from quail.planner.predict import Prediction
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
-from quail.worker.client import WorkerLost
+from quail.worker.client import WorkerClient, WorkerLost
 from quail.worker.jobs import Identity
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class TaskRun:
         self.task, self.hook = task, hook
         self.jobs = WindowJobs(task)
         self.rows_out: int | None = None  # once a try wrote its output, for OpenLineage
+        self.routing: dict = {}  # how the try chose its worker, and why (worker/routing.py)
 
     def cancel(self) -> None:
         """Cancels the job in flight (Airflow stopped the task); a retry then computes it anew."""
@@ -71,7 +73,7 @@ class TaskRun:
             budget = self._budget()
             if budget is not None and ended is None:
                 check_budget(task.task_id, self._predicted(run, spec, source, others), budget)
-            started, staged = time.monotonic(), []
+            started, staged, queued = time.monotonic(), [], [0.0]
             ahead: dict[str, dict[str, int]] = {}
             workers: dict[str, int] = {}  # where the windows ran, with how many each
             pool = self._fan_out(run, ended)
@@ -84,6 +86,7 @@ class TaskRun:
                     staged.append((window.k, record["digest"]))
                     where = record.get("worker", on.client.location)
                     workers[where] = workers.get(where, 0) + 1
+                    queued[0] += record.get("queued_seconds", 0.0)  # a window staged by an older Quail: none
                     for consumer, seen in record.get("ahead", {}).items():
                         total = ahead.setdefault(consumer, dict.fromkeys(seen, 0))
                         for k, v in seen.items():
@@ -103,12 +106,14 @@ class TaskRun:
             raise AirflowException(str(e)) from None
         self.rows_out = done.rows_out
         self._log_done(done, workers, ahead)
-        return {"target": task.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,
-                "worker": run.client.location, "workers": workers, "stats": done.stats.to_dict(),
-                "predicted": done.predicted.rounded(),
-                "computed_ahead": ahead,
-                # plain JSON (tuples as lists), so that XCom stores no serialized Python types
-                "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
+        manifest = {"target": task.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,
+                    "worker": run.client.location, "workers": workers, "stats": done.stats.to_dict(),
+                    "predicted": done.predicted.rounded(), "computed_ahead": ahead, "routing": self.routing,
+                    "waited_seconds": round(self.jobs.waited + queued[0], 3),
+                    # plain JSON (tuples as lists), so that XCom stores no serialized Python types
+                    "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
+        emit(run.identity.dag_id, run.identity.task_id, manifest)
+        return manifest
 
     def _try(self, context: "Context", where: "SqlLocation | Path | ObjectStoragePath | None",
              ended: tuple[int, dict] | None) -> TaskTry:
@@ -121,7 +126,8 @@ class TaskRun:
             client = hook.client_at(ended[1]["worker"]) if ended and ended[1].get("worker") else \
                 hook.get_conn(*route)
         except WorkerLost:
-            client = reconnect(hook, route, task.log)
+            client = self.jobs.reconnect(hook, route)
+        self.routing = _routing(client)
         reuse = Reuse(store=hook.answer_store) if task.reuse else Reuse.none()
         return TaskTry(identity, WindowStage(task.target, where if isinstance(where, Path) else None, identity),
                        hook, route, client, *task.plan_entry(), reuse, source_rows(task.sources()[0]))
@@ -176,3 +182,13 @@ class TaskRun:
                      "%d reused from retention", consumer, seen["rows"], seen["tokens_computed"], seen["retention"])
         if done.stats.tokens_reused.get("store"):
             log.info("found %d tokens' worth of answers in the answer store", done.stats.tokens_reused["store"])
+
+
+def _routing(client: WorkerClient) -> dict:
+    """Whether a task ran at its partition's home, spilled or failed over, and why; "direct" where
+    its connection names one worker (or none: a local one)."""
+    route = client.route
+    if route is None:
+        return {"routed": "direct", "worker": client.location, "home": client.location,
+                "why": "the only worker its connection names (or a local one)"}
+    return {"routed": route.routed, "worker": route.worker, "home": route.home, "why": route.why}

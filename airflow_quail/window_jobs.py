@@ -82,6 +82,7 @@ class WindowJobs:
         self.job: str | None = None  # the job last submitted (or re-attached to), and its worker
         self.location: str | None = None
         self.killed = False  # Airflow stopped the task: a cancelled job is no stopping worker's
+        self.waited = 0.0  # seconds this try waited for a lost worker to answer again
 
     def record(self, run: TaskTry, window: Window, ended: tuple[int, dict] | None, pool: FanOut | None = None) -> dict:
         """Window k's record: staged by an earlier try, or the job a trigger saw end, or computed now.
@@ -110,7 +111,14 @@ class WindowJobs:
                 moved = pool.instead_of(run.client, window.k) if pool is not None and len(pool) > 1 else None
                 if moved is not None:
                     log.info("window %d moves to %s, another of the task's workers", window.k, moved.location)
-                run.client, status = moved or reconnect(run.hook, run.route, log), None
+                run.client, status = moved or self.reconnect(run.hook, run.route), None
+
+    def reconnect(self, hook: QuailHook, route: tuple[str, int]) -> WorkerClient:
+        started = time.monotonic()
+        try:
+            return reconnect(hook, route, self.task.log)
+        finally:
+            self.waited += time.monotonic() - started
 
     def predicted(self, run: TaskTry, window: Window) -> dict:
         """The window's accounting, predicted by the worker with nothing computed (a tokenizing pass)."""
@@ -157,7 +165,8 @@ class WindowJobs:
         source = self.task.sources()[0]
         table, counted = window.shaped(results, source)
         record = {"rows": table.num_rows, "counted": counted, "stats": status["stats"],
-                  "predicted": status["predicted"], "ahead": status.get("ahead") or {}, "worker": run.client.location}
+                  "predicted": status["predicted"], "ahead": status.get("ahead") or {}, "worker": run.client.location,
+                  "queued_seconds": status.get("queued_seconds", 0.0)}
         review = window.review(results, source) if self.task.review_output is not None else None
         run.stage.put(window.k, digest, table, record, review)
         return record

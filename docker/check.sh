@@ -1,8 +1,8 @@
 #!/bin/sh
 # `make docker-check`: validates docker/ and deploy/kubernetes/ offline (no daemon, no cluster, no
 # image pulled): hadolint on the Dockerfiles, the compose file against the compose-spec schema and
-# through `docker-compose config` with both profiles, and docker/check_kubernetes.py on the
-# manifests. Every check whose tool is here runs; each tool that is not is named with how to install
+# through `docker-compose config` with every profile, and docker/check_kubernetes.py on the
+# manifests (their scrape settings too). Every check whose tool is here runs; each tool that is not is named with how to install
 # it, and the check fails.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ if have check-jsonschema "$PIP_INSTALL check-jsonschema" test -x "$VENV/bin/chec
 fi
 if have docker-compose "apt-get install docker-compose" command -v docker-compose; then
     (cd docker && QUAIL_WORKER_TOKEN=check QUAIL_ANSWERS_PASSWORD=check QUAIL_ANSWER_STORE_KEY=check AIRFLOW_FERNET_KEY=check \
-        docker-compose --profile gpu --profile cpu config -q) || failed=1
+        docker-compose --profile gpu --profile cpu --profile monitoring config -q) || failed=1
 fi
 if have kubernetes-validate "$PIP_INSTALL kubernetes-validate" "$VENV/bin/python" -c "import kubernetes_validate"; then
     "$VENV/bin/python" docker/check_kubernetes.py deploy/kubernetes || failed=1

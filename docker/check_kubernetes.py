@@ -83,6 +83,34 @@ def check_hardening(files: list[Path]) -> list[str]:
     return errors
 
 
+def check_scrape(files: list[Path]) -> list[str]:
+    """Each workload that serves metrics (`--metrics-port N` among its container's args) names the
+    port N in its pod's prometheus.io annotations, with the scheme https where it serves TLS
+    (`--tls-cert`), declares it as a container port, and has a NetworkPolicy rule admitting it."""
+    resources = [r for path in files for r in filter(None, yaml.safe_load_all(path.read_text()))]
+    admitted = {p.get("port") for r in resources if r.get("kind") == "NetworkPolicy"
+                for rule in r["spec"].get("ingress", []) for p in rule.get("ports", [])}
+    errors = []
+    for r in resources:
+        pod = r.get("spec", {}).get("template", {})
+        for c in pod.get("spec", {}).get("containers", []):
+            args = [*c.get("command", []), *c.get("args", [])]
+            if "--metrics-port" not in args:
+                continue
+            port = int(args[args.index("--metrics-port") + 1])
+            name = f"{r['kind']}/{r['metadata']['name']}: container {c['name']}"
+            notes = pod.get("metadata", {}).get("annotations", {})
+            wanted = {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                      "prometheus.io/scheme": "https" if "--tls-cert" in args else "http"}
+            errors += [f"{name}: serves metrics on {port}, and its pod's annotation {k} is "
+                       f"{notes.get(k)!r}, not {v!r}" for k, v in wanted.items() if notes.get(k) != v]
+            if port not in {p.get("containerPort") for p in c.get("ports", [])}:
+                errors.append(f"{name}: serves metrics on {port}, which is not among its ports")
+            if port not in admitted:
+                errors.append(f"{name}: serves metrics on {port}, which no NetworkPolicy admits")
+    return errors
+
+
 PRIVATE = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"}  # at least these kept out
 
 
@@ -145,7 +173,7 @@ def main(folder: Path) -> int:
         except (OSError, yaml.YAMLError) as e:
             errors.append(f"{path}: {e}")
     try:
-        errors += check_hardening(files) + check_policies(files)
+        errors += check_hardening(files) + check_policies(files) + check_scrape(files)
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
         errors.append(f"{folder}: the manifests' hardening cannot be read ({e})")
     for error in errors:

@@ -62,6 +62,12 @@ def test_the_real_manifests_and_values_pass():
     ("networkpolicy.yaml", '            except: ["10.0.0.0/8", ', '            except: [', "egress[2]: ipBlock 0.0.0.0/0"),
     ("networkpolicy.yaml", "    - to:\n        - ipBlock:", "    - ports:\n        - protocol: TCP\n          port: 5432\n"
      "    - to:\n        - ipBlock:", "egress[2] admits any address"),
+    # #52: the scrape settings kept in step with the worker's --metrics-port
+    ("worker.yaml", 'prometheus.io/port: "9090"', 'prometheus.io/port: "9091"', "annotation prometheus.io/port"),
+    ("worker.yaml", "prometheus.io/scheme: https", "prometheus.io/scheme: http", "prometheus.io/scheme is 'http'"),
+    ("worker.yaml", "            - name: metrics\n              containerPort: 9090\n", "",
+     "serves metrics on 9090, which is not among its ports"),
+    ("networkpolicy.yaml", "          port: 9090", "          port: 9091", "which no NetworkPolicy admits"),
 ])
 def test_a_weakened_manifest_fails_naming_what_it_lacks(tmp_path, name, old, new, named):
     result = check(planted(tmp_path, name, old, new))
@@ -163,7 +169,8 @@ def test_the_services_reach_the_worker_pods():
     assert services[stateful_set["serviceName"]]["clusterIP"] == "None"
     for spec in services.values():
         assert spec["selector"].items() <= labels.items()
-        assert [p["port"] for p in spec["ports"]] == [8815]
+        assert [p["port"] for p in spec["ports"]][0] == 8815
+    assert [p["port"] for p in services[stateful_set["serviceName"]]["ports"]] == [8815, 9090]  # each replica's metrics
 
 
 def test_docker_check_names_each_missing_tool_and_how_to_install_it(tmp_path):

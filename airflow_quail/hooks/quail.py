@@ -160,14 +160,11 @@ class QuailHook(BaseHook):
         chosen = route(order, loads)
         if chosen is None:
             raise WorkerLost(f"none of the connection's Quail workers answers: {', '.join(order)}")
-        if chosen.spilled:
-            self.log.warning("the partition's Quail worker %s is far busier (%d queued tokens) than %s (%d): this "
-                             "task goes there and loses the KV its producer retained", chosen.home,
-                             loads[chosen.home], chosen.worker, loads[chosen.worker])
-        elif chosen.worker != chosen.order[0]:
-            self.log.warning("the partition's Quail worker %s does not answer: failing over to %s", chosen.order[0],
-                             chosen.worker)
-        return _client(chosen.worker, token, timeout, extra)
+        if chosen.routed != "home":
+            self.log.warning("Quail worker %s: %s", chosen.worker, chosen.why)
+        client = _client(chosen.worker, token, timeout, extra)
+        client.route = chosen
+        return client
 
 
 class FanOut:

@@ -4,7 +4,7 @@ the workers' status and the Quail tasks' XCom manifests, read through Airflow's 
 second database."""
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -62,6 +62,12 @@ class _Plan(BaseModel):
     operator: _Operator | None = None
 
 
+class _Routing(BaseModel):
+    routed: Literal["home", "spilled", "failover", "direct"]
+    worker: StrictStr
+    why: StrictStr = ""
+
+
 class _Manifest(BaseModel):
     """What the page reads of a Quail task's XCom manifest; another task's value of a like shape is
     not one."""
@@ -75,6 +81,7 @@ class _Manifest(BaseModel):
     worker: StrictStr | None = None
     windows: Count = 1
     workers: dict[str, Count] | None = None
+    routing: _Routing | None = None  # none before #52
 
 
 def is_manifest(value: object) -> bool:
@@ -148,6 +155,17 @@ def recent_runs(session: "Session", limit: int = 20) -> list[dict]:
     return list(runs.values())[:limit]
 
 
+def routing_by_dag(session: "Session") -> dict[str, dict[str, int]]:
+    """Each DAG's recent Quail tasks by how they came to their worker: at their partition's home,
+    spilled off a far busier one, failed over, or direct (a connection of one worker)."""
+    out: dict[str, dict[str, int]] = {}
+    for dag_id, _, _, _, m in _manifests(session):
+        if m.get("routing"):
+            counts = out.setdefault(dag_id, dict.fromkeys(views.ROUTED, 0))
+            counts[m["routing"]["routed"]] += 1
+    return out
+
+
 @app.get("/api/workers")
 async def api_workers() -> list[dict]:
     return await asyncio.to_thread(_workers)
@@ -162,7 +180,8 @@ def api_run(dag_id: str, run_id: str, session: SessionDep) -> dict:
 async def index(session: SessionDep) -> str:
     workers = await asyncio.to_thread(_workers)
     body = ("<h2>Workers</h2>" + views.workers_html(workers)
-            + "<h2>Recent runs with Quail tasks</h2>" + views.runs_html(recent_runs(session)))
+            + "<h2>Recent runs with Quail tasks</h2>" + views.runs_html(recent_runs(session))
+            + "<h2>Routing by DAG</h2>" + views.routing_html(routing_by_dag(session)))
     return views.page("Quail", body)
 
 

@@ -67,6 +67,25 @@ def runs_html(runs: list[dict]) -> str:
             "<th>without reuse</th></tr>" + rows + "</table>")
 
 
+ROUTED = ("home", "spilled", "failover", "direct")  # airflow_quail.runs: how a task came to its worker
+
+
+def routing_html(by_dag: dict[str, dict[str, int]]) -> str:
+    """Each DAG's share of tasks that ran at their partition's home: where it falls, KV retained for
+    a consumer is lost and the pool is too small or unbalanced (docs/deploying.md, "Watching a pool")."""
+    if not by_dag:
+        return "<p class='muted'>No Quail task has recorded how it was routed yet.</p>"
+    rows = []
+    for dag_id, counts in by_dag.items():
+        n = sum(counts.values())
+        routed = sum(counts[k] for k in ROUTED[:3])  # a task of a connection of one worker had no choice
+        share = f"{counts['home'] / routed:.0%}" if routed else "<span class='muted'>-</span>"
+        rows.append(f"<tr><td class='l'>{escape(dag_id)}</td><td>{n:,}</td>"
+                    + "".join(f"<td>{counts[k]:,}</td>" for k in ROUTED) + f"<td>{share}</td></tr>")
+    return ("<table><tr><th class='l'>DAG</th><th>Quail tasks</th>" + "".join(f"<th>{k}</th>" for k in ROUTED)
+            + "<th>at home</th></tr>" + "".join(rows) + "</table>")
+
+
 def _part(name: str) -> str:
     """A run's or a DAG's id as one segment of a link: a run id may hold '/', '?', '#' or quotes."""
     return escape(quote(name, safe=""))
@@ -83,7 +102,9 @@ def run_html(dag_id: str, run_id: str, tasks: dict[str, dict]) -> str:
         saved = 1 - s["tokens_computed"] / s["tokens_naive"] if s["tokens_naive"] else 0.0
         workers = m.get("workers") or ({m["worker"]: m.get("windows", 1)} if m.get("worker") else {})
         ran_on = ", ".join(f"{w} ({n})" for w, n in workers.items())
-        rows.append(f"<tr><td class='l'>{escape(name)}</td><td class='l'>{escape(ran_on)}</td>"
+        routing = m.get("routing") or {}
+        why = f" title='{escape(routing['routed'])}: {escape(routing['why'])}'" if routing else ""
+        rows.append(f"<tr><td class='l'>{escape(name)}</td><td class='l'{why}>{escape(ran_on)}</td>"
                     f"<td>{m['rows_in']:,}</td><td>{m['rows_out']:,}</td>"
                     f"<td class='l'>{'on' if op.get('rewind') else 'off'}</td>"
                     f"<td class='l'>{'on' if op.get('sharing') else 'off'}</td><td class='l'>{escape(keep)}</td>"

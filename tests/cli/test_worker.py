@@ -24,6 +24,18 @@ def test_worker_settings_that_cannot_work_are_refused_before_the_model_loads(cap
     refused(capsys, "worker", "serve", *MODEL, *flags, says=says)
 
 
+def test_a_metrics_port_already_taken_is_refused_before_the_model_loads(capsys, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused(capsys, "worker", "serve", *MODEL, "--socket", str(tmp_path / "w.sock"), "--metrics-port", str(port),
+                says=f"--metrics-port: cannot serve metrics on 127.0.0.1:{port}: Address already in use")
+    assert not list(tmp_path.iterdir())  # no pid file, no socket left behind
+
+
 @pytest.mark.parametrize("flags, says", [
     (["--host", ""], "--host must be a host name or an IP address, got ''"),
     (["--host", "bad host!"], "--host must be a host name or an IP address, got 'bad host!'"),

@@ -57,10 +57,13 @@ def test_a_home_spills_only_past_both_thresholds():
     loads = dict.fromkeys(WORKERS, 50_000) | {home: 900_000, others[2]: 10_000}
     r = route(order, loads)
     assert r.spilled and r.worker == others[2] and r.home == home  # the least loaded
+    assert r.routed == "spilled" and "held 900,000 queued tokens" in r.why
 
 
 def test_a_home_that_does_not_answer_fails_over_in_the_keys_order():
     order = placement(WORKERS, "dag_1", 2)
-    assert route(order, {w: 0 for w in order[1:]}).worker == order[1]
+    moved = route(order, {w: 0 for w in order[1:]})
+    assert moved.worker == order[1] and moved.routed == "failover" and f"{order[0]} did not answer" in moved.why
+    assert route(order, {w: 0 for w in order}).routed == "home"
     assert route(order, {order[3]: 0}).worker == order[3]
     assert route(order, {}) is None

@@ -133,19 +133,26 @@ def test_a_failed_job_reports_its_error(worker):
 
 @pytest.mark.model  # `quail worker serve --model`
 def test_quail_worker_serve_and_status_as_processes(tmp_path):
-    """The real command: a separate process on a Unix socket, a job from this one, then status."""
+    """The real command: a separate process on a Unix socket, a job from this one, then status, and
+    its metrics scraped."""
     import os
     import signal
+    import socket
     import subprocess
     import sys
     import time
 
+    from tests.worker.test_metrics import scrape, total
+
     sock = tmp_path / "w.sock"
     env = dict(os.environ, QUAIL_WORKER_TOKEN="t0k")
     quail = [sys.executable, "-m", "quail.cli"]
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
     proc = subprocess.Popen(quail + ["worker", "serve", "--model", "smollm2-135m", "--socket", str(sock),
-                                     "--arena-pages", "256", "--threads", "1"], env=env, stderr=subprocess.PIPE,
-                            text=True)
+                                     "--arena-pages", "256", "--threads", "1", "--metrics-port", str(port)], env=env,
+                            stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
         while not sock.exists():
@@ -153,7 +160,11 @@ def test_quail_worker_serve_and_status_as_processes(tmp_path):
             time.sleep(0.2)
         client = WorkerClient(f"grpc+unix://{sock}", token="t0k")
         job, _ = client.submit(Identity("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
-        assert client.wait(job, poll=0.1)["state"] == "done"
+        stats = client.wait(job, poll=0.1)["stats"]
+        metrics = scrape(port)
+        assert total(metrics, "quail_tokens_computed_total", dag="news") == stats["tokens_computed"] > 0
+        for mechanism, reused in stats["tokens_reused"].items():
+            assert total(metrics, "quail_tokens_reused_total", mechanism=mechanism) == reused
         out = subprocess.run(quail + ["worker", "status", "--socket", str(sock)], env=env, capture_output=True,
                              text=True, check=True).stdout
         assert "news/r1/sport" in out and "done" in out and f"{len(TEXTS)}/{len(TEXTS)} rows" in out

@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quail.cli.common import Parser, at_least, device_options, host, open_session, seconds, start_engine, store_options
 from quail.cli.describe import describe_job, describe_load, describe_worker
@@ -17,6 +18,9 @@ from quail.model.registry import DEFAULT_MODEL
 from quail.store import open_store
 from quail.worker.locations import check_location, is_tls, server_tls, tcp_location, unix_location
 from quail.worker.tokens import check_token_path, new_token, read_token, token_from_file, write_token
+
+if TYPE_CHECKING:
+    from quail.worker.metrics import Metrics
 
 
 def _where(serve: bool) -> Parser:
@@ -51,6 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="jobs computed at once, batched into the same passes")
     s.add_argument("--max-queued", type=at_least(1), default=DEFAULT_MAX_QUEUED,
                    help="unfinished jobs one DAG may hold (4 times this for all); beyond, a submission waits")
+    s.add_argument("--metrics-port", type=at_least(1, 65535), metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (https with --tls-cert); HOST is "
+                        "--host, loopback for a --socket worker; no token needed: numbers and the model's name only")
+    s.add_argument("--metrics-by-dag", action=argparse.BooleanOptionalAction, default=True,
+                   help="label the metrics by DAG id (the only label they take from tasks)")
     s.set_defaults(func=serve)
     text = "the worker's model, device and memory, and its jobs; with --all, each worker's load"
     t = actions.add_parser("status", help=text, description=text, parents=[_where(serve=False)])
@@ -117,6 +126,22 @@ def status(args: argparse.Namespace) -> None:
         print(describe_job(job))
 
 
+def _metrics(args: argparse.Namespace) -> "Metrics | None":
+    """The worker's metrics, served before its model loads: a port already taken is refused at once."""
+    if args.metrics_port is None:
+        return None
+    from quail.worker.metrics import Metrics
+
+    metrics = Metrics(by_dag=args.metrics_by_dag)
+    host = "127.0.0.1" if args.socket else args.host
+    try:
+        metrics.serve(args.metrics_port, host, (args.tls_cert, args.tls_key) if args.tls_cert else None)
+    except OSError as e:
+        raise QuailError(f"--metrics-port: cannot serve metrics on {host}:{args.metrics_port}: "
+                         f"{e.strerror or e}") from None
+    return metrics
+
+
 def serve(args: argparse.Namespace) -> None:
     tls = server_tls(args.tls_cert, args.tls_key)
     location = _location(args, tls=tls is not None)
@@ -131,13 +156,15 @@ def serve(args: argparse.Namespace) -> None:
     if not given:
         check_token_path(location)
     claim_location(location)
+    metrics = _metrics(args)
     alive = hold(location)
     # each start-up phase on its own line: the hook that started this worker logs them in the task's log
     session = open_session(args.model, args, lambda m: print(f"quail worker: {m}", file=sys.stderr, flush=True))
     session.store = None if args.no_answer_store else \
         open_store(args.answer_store, args.answer_store_file, args.max_jobs)
     token = given or new_token()
-    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs, tls, args.max_queued)
+    server = Worker(session, location, token, args.ttl, args.idle_timeout, args.max_jobs, tls, args.max_queued,
+                    metrics)
     if not args.socket and not tls and not ipaddress.ip_address(_resolved(args.host)).is_loopback:
         print(f"quail worker: WARNING: {location} serves beyond this host without TLS: whoever can reach or "
               f"take over the port sees the token and the documents; give --tls-cert and --tls-key "

@@ -54,6 +54,7 @@ class Scheduler:
         self._serials = itertools.count()
         self.queued_tokens = 0  # not yet computed, in the admitted programs' requests
         self.forward_passes = 0
+        self.batch_tokens = 0  # what the passes computed, all groups together (worker/metrics.py)
         self.visits = 0  # programs and buckets the current step looked at
         self.max_step_visits = 0  # the most of any step: bounded by the pass, never by the table
         self.max_active = 0  # the most programs admitted at once: bounded the same way
@@ -263,6 +264,7 @@ class Scheduler:
                 self._fail(g, e)
             return []
         self.forward_passes += 1
+        self.batch_tokens += sum(len(c.tokens) for c in chunks)
         for g in groups:  # the arena is fullest right after a pass wrote its KV
             g.stats.forward_passes += 1
             g.stats.pages_peak = max(g.stats.pages_peak, self.cache.pages.num_used)

@@ -86,6 +86,8 @@ def describe(url: URL) -> str:
 
 
 class PostgresStore:
+    backend = "postgres"
+
     def __init__(self, url: URL, max_bytes: int | None = None, touch_every: float = 3600.0, pool_size: int = 4,
                  signed_by: Signer | None = None):
         """pool_size: connections kept, as many as the worker's job threads. signed_by: by default
@@ -97,6 +99,7 @@ class PostgresStore:
         self.unused: str | None = None
         self.signed_by = signed_by or signer(shared=self.path)
         self.rejected = Rejected()
+        self.errors = 0  # calls that failed or went unanswered since it was opened
         self.recent = Recent(touch_every)
         self._lock = threading.Lock()  # guards the outage state, never a round trip
         self._down_until: float | None = None  # while it does not answer: when it is tried again
@@ -121,6 +124,7 @@ class PostgresStore:
             log.warning("the answer store %s answers, but not as Quail's store (%s: %s): it is not used, and "
                         "answers are not stored", self.path, what, why)
             self.writable, self.unused = False, f"not Quail's store ({why})"
+            self.errors += 1
             with self._lock:
                 self._down_until = float("inf")
         except (SQLAlchemyError, OSError) as e:
@@ -156,6 +160,7 @@ class PostgresStore:
 
     def _failed(self, what: str, error: Exception) -> None:
         with self._lock:
+            self.errors += 1
             first, self._down_until = self._down_until is None, time.monotonic() + RETRY
         if first:
             log.warning("the answer store %s is unreachable (%s: %s): the run goes on without it, and tries "

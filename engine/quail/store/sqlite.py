@@ -49,6 +49,8 @@ def default_path() -> Path:
 
 
 class SqliteStore:
+    backend = "sqlite"
+
     def __init__(self, path: Path | None = None, max_bytes: int | None = None, touch_every: float = 3600.0,
                  signed_by: Signer | None = None):
         """max_bytes: by default $QUAIL_ANSWER_STORE_MAX_BYTES, else 1 GiB. touch_every: seconds; an
@@ -59,6 +61,7 @@ class SqliteStore:
         self.writable = True
         self.signed_by = signed_by
         self.rejected = Rejected()
+        self.errors = 0  # calls that failed since it was opened
         self.recent = Recent(touch_every)
         self._lock = threading.Lock()  # one connection, shared by the worker's job threads
         self.unused: str | None = None
@@ -221,6 +224,7 @@ class SqliteStore:
 
     def _failed(self, what: str, error: sqlite3.Error) -> None:
         log.warning("the answer store %s failed to %s (%s): the run goes on without it", self.path, what, error)
+        self.errors += 1
         self.writable = False
 
     def size(self) -> int:

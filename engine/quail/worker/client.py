@@ -19,6 +19,7 @@ from quail.trust import owned_file
 from quail.worker.jobs import ENDED, Identity, Span, Submission
 from quail.worker.locations import check_location, is_tls, socket_path, tls_options
 from quail.worker.protocol import BUSY, MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
+from quail.worker.routing import Route
 from quail.worker.tokens import CHALLENGE, proof
 
 DEFAULT_TIMEOUT = 30.0
@@ -79,6 +80,7 @@ class WorkerClient:
         self.client = flight.FlightClient(location, **tls_options(location, tls_ca))
         self.proven = token is None
         self.proving = threading.Lock()
+        self.route: Route | None = None  # how a task chose it among several (QuailHook.get_conn); None: it had one
 
     def _prove(self) -> None:
         """Asks the worker to prove it holds the token before the token or a document is sent: a
@@ -152,7 +154,8 @@ class WorkerClient:
         job predicts its accounting (its status's `predicted`) and computes nothing. The documents
         travel in batches of SUBMIT_BATCH_ROWS."""
         table = documents_table(inputs)
-        command = submit_command(Submission(identity, spec, op, reuse, window, plan, replaces, predict_only))
+        command = submit_command(Submission(identity, spec, op, reuse, window, plan, replaces, predict_only,
+                                            self.route.routed if self.route else None))
         descriptor = flight.FlightDescriptor.for_command(command)
 
         def put(options: flight.FlightCallOptions) -> dict:

@@ -12,6 +12,7 @@ import pyarrow as pa
 from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
+from quail.worker.routing import Routed
 
 
 class JobState(StrEnum):
@@ -80,6 +81,7 @@ class Submission:
     plan: Plan | None = None  # the plan the entry belongs to; None: the operator was planned alone
     replaces: str | None = None  # the id of this identity's earlier job, which the submitter may cancel
     predict_only: bool = False  # the job's predicted accounting only, for a budget checked before any computing
+    routed: Routed | None = None  # how the task chose this worker among several (None: it had one): for metrics
 
     @property
     def whole_plan(self) -> Plan:
@@ -165,6 +167,7 @@ class Job:
                 "state": self.state, "rows": self.rows, "rows_done": self.rows_done,
                 "tokens_computed": self.tokens_computed,
                 "tokens_per_second": self.tokens_computed / running if running else 0.0,
+                "queued_seconds": (self.started or self.finished or time.time()) - self.submitted,
                 "first_row": self.window.first_row, "table_rows": self.window.table_rows,
                 "eta_seconds": left / rate if left is not None and rate else None,
                 "stats": self.stats, "predicted": self.predicted, "ahead": self.ahead, "error": self.error}

@@ -29,6 +29,7 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.worker.jobs import Identity, Span, Submission
+from quail.worker.routing import Routed
 
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])
 
@@ -38,7 +39,7 @@ def submit_command(submission: Submission) -> bytes:
     return json.dumps({"identity": asdict(sub.identity), "spec": sub.spec.to_dict(),
                        "operator_plan": asdict(sub.op), "reuse": asdict(sub.reuse), "window": asdict(sub.window),
                        "plan": sub.plan.to_dict() if sub.plan else None, "replaces": sub.replaces,
-                       "predict_only": sub.predict_only}).encode()
+                       "predict_only": sub.predict_only, "routed": sub.routed}).encode()
 
 
 def _canonical(sub: Submission) -> bytes:
@@ -82,6 +83,7 @@ class _Command:
     plan: Plan | None = None
     replaces: str | None = None
     predict_only: bool = False
+    routed: Routed | None = None
     __pydantic_config__ = {"extra": "forbid"}
 
 
@@ -102,7 +104,7 @@ def parse_submit(command: bytes) -> Submission:
     w, i = c.window, c.identity
     if w.first_row < 0 or (w.table_rows is not None and w.table_rows < 0) or i.map_index < -1 or i.window < -1:
         raise QuailError(f"a malformed job submission: window {w} or identity {i} holds a negative row or index")
-    submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.plan, c.replaces, c.predict_only)
+    submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.plan, c.replaces, c.predict_only, c.routed)
     try:
         _ = submission.whole_plan  # the entry must belong to the plan
     except QuailError as e:

@@ -16,6 +16,9 @@ import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+Routed = Literal["home", "spilled", "failover"]
 
 SPILL_ABSOLUTE_TOKENS = 200_000  # queued tokens above the least loaded worker's...
 SPILL_RELATIVE = 4.0  # ...and this many times them
@@ -26,10 +29,17 @@ class Route:
     worker: str  # where the task goes
     home: str  # the key's choice among the workers that answer
     order: tuple[str, ...]  # every worker, in the key's order (the failover order)
+    why: str = ""  # what a task's log and manifest say of the choice
 
     @property
     def spilled(self) -> bool:
         return self.worker != self.home
+
+    @property
+    def routed(self) -> Routed:
+        """How the task came to its worker: its home, spilled off a far busier home, or failed over
+        from a first choice that did not answer."""
+        return "spilled" if self.spilled else "home" if self.worker == self.order[0] else "failover"
 
 
 def hash_order(workers: Sequence[str], key: str) -> tuple[str, ...]:
@@ -69,4 +79,12 @@ def route(order: Sequence[str], loads: Mapping[str, int], absolute: int = SPILL_
     home = alive[0]
     least = min(alive, key=lambda w: loads[w])  # ties to the earlier in the key's order
     far = loads[home] - loads[least] > absolute and loads[home] > relative * loads[least]
-    return Route(least if far else home, home, tuple(order))
+    if far:
+        why = (f"its home {home} held {loads[home]:,} queued tokens, far more than {least}'s {loads[least]:,}: "
+               f"it spilled there and lost the KV its producer retained")
+    elif home != order[0]:
+        silent = ", ".join(w for w in order[:order.index(home)])
+        why = f"{silent} did not answer: it failed over to {home}, the next in its partition's order"
+    else:
+        why = "its partition's home"
+    return Route(least if far else home, home, tuple(order), why)

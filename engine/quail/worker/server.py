@@ -41,6 +41,7 @@ from quail.trust import owned_file, private_folder
 from quail.worker.ahead import consumer_input, consumers_ahead
 from quail.worker.jobs import Job, JobState
 from quail.worker.locations import socket_path
+from quail.worker.metrics import Metrics
 from quail.worker.protocol import (
     BUSY,
     MODEL_CHANGED,
@@ -146,7 +147,7 @@ AHEAD = ("rows", "tokens_computed", "document_tokens_computed", "retention", "to
 class Worker(flight.FlightServerBase):
     def __init__(self, session: Session, location: str, token: str, ttl: float = 3600.0,
                  idle_timeout: float | None = None, max_jobs: int = 8, tls: tuple[bytes, bytes] | None = None,
-                 max_queued: int = DEFAULT_MAX_QUEUED):
+                 max_queued: int = DEFAULT_MAX_QUEUED, metrics: Metrics | None = None):
         if not token:
             raise QuailError("a worker needs a token (quail.worker.tokens)")
         sock = claim_location(location)
@@ -173,6 +174,10 @@ class Worker(flight.FlightServerBase):
         self.selectivity = SelectivityCounts()
         self.written = WrittenCounts()
         self.last_call = time.time()
+        self.metrics = metrics
+        if metrics is not None:
+            session.store = metrics.metered(session.store)
+            metrics.watch(self)
         if idle_timeout:
             threading.Thread(target=self._exit_when_idle, args=(idle_timeout,), name="quail-idle", daemon=True).start()
 
@@ -193,6 +198,8 @@ class Worker(flight.FlightServerBase):
             for job in self.jobs.values():
                 self._cancel(job)
         self.runners.shutdown(wait=True)
+        if self.metrics is not None:
+            self.metrics.close()
 
     @staticmethod
     def _cancel(job: Job) -> None:
@@ -241,6 +248,8 @@ class Worker(flight.FlightServerBase):
                 self.jobs[job.id] = job
                 self.by_identity.setdefault(key, []).append(job.id)
                 self.runners.submit(self._run, job)
+                if self.metrics is not None:
+                    self.metrics.submitted(job)
         writer.write(pa.py_buffer(json.dumps({"job": job.id, "attached": attached}).encode()))
 
     def _admit(self, dag_id: str) -> None:
@@ -370,13 +379,16 @@ class Worker(flight.FlightServerBase):
 
     def _run(self, job: Job) -> None:
         with self.lock:
-            if job.state != JobState.QUEUED:
+            if job.state != JobState.QUEUED:  # cancelled while it waited
+                self._ended(job)
                 return
             job.state, job.started = JobState.RUNNING, time.time()
 
         def progress(rows: int, tokens: int) -> None:
             job.rows_done += rows
             job.tokens_computed += tokens
+            if self.metrics is not None:
+                self.metrics.rate.add(tokens)
             if job.cancel_requested:
                 raise Cancelled(f"job {job.id} was cancelled")
 
@@ -403,6 +415,8 @@ class Worker(flight.FlightServerBase):
                 done = compute_window(self.session, sub.whole_plan, sub.spec, sub.op, sub.reuse, inputs,
                                       progress=progress, scope=sub.identity.scope)
                 predicted.add(done.escalated)
+                if self.metrics is not None:
+                    self.metrics.computed(job)
                 self._ahead(job, ahead, done.results, inputs)
                 tables.append(done.results)
                 stats = done.stats if stats is None else stats.merge(done.stats)
@@ -425,3 +439,8 @@ class Worker(flight.FlightServerBase):
                 self.session.engine.consumed(job.identity.scope + job.spec.name)
             job.release_inputs()
             job.finished = time.time()
+            self._ended(job)
+
+    def _ended(self, job: Job) -> None:
+        if self.metrics is not None:
+            self.metrics.ended(job)

@@ -41,6 +41,10 @@ def test_a_tasks_windows_run_on_every_worker_once_and_in_order(pool, tmp_path):
     assert a.column("id").to_pylist() == list(range(len(TEXTS))) and a.column("label") == b.column("label")
     assert all(abs(x - y) < 1e-4 for x, y in zip(a.column("p_sport").to_pylist(), b.column("p_sport").to_pylist()))
     assert spread["stats"]["tokens_naive"] == alone["stats"]["tokens_naive"]
+    # how each came to its first worker: the pool's partition home, the one worker of quail_one
+    assert spread["routing"]["routed"] == "home" and spread["routing"]["worker"] == spread["worker"]
+    assert alone["routing"] == {"routed": "direct", "worker": locations[0], "home": locations[0],
+                                "why": "the only worker its connection names (or a local one)"}
 
 
 def test_max_workers_caps_the_fan_out(pool, tmp_path):

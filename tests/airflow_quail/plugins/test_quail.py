@@ -87,7 +87,7 @@ def test_the_workers_table_counts_the_arena_pages():
 @pytest.mark.parametrize("change", [
     {"stats": "lots"}, {"stats": {"tokens_computed": "1", "tokens_naive": 2, "tokens_reused": {}}},
     {"rows_in": None}, {"plan": {"operator": {"retain": 5}}}, {"workers": {"grpc://w:1": "two"}},
-    {"predicted": [1, 2]},
+    {"predicted": [1, 2]}, {"routing": {"routed": "elsewhere", "worker": "grpc://w:1"}},
     # #48 14: a count no page can chart (the page failed with 500 on it)
     {"stats": {"tokens_computed": 10 ** 400, "tokens_naive": 2, "tokens_reused": {}}}, {"rows_in": -1},
     {"stats": MANIFEST["stats"] | {"blocking": {"mode": "certified", "pairs": -1, "asked": 0}}},
@@ -100,6 +100,17 @@ def test_a_look_alike_manifest_is_not_shown(change):
 
     assert is_manifest(MANIFEST) and is_manifest(MANIFEST | {"workers": {"grpc://gpu0:8815": 3}})
     assert not is_manifest(MANIFEST | change)
+
+
+def test_routing_by_dag_shows_the_share_of_tasks_at_home():
+    from airflow_quail.plugins import views
+
+    html = views.routing_html({"quail_jokes": {"home": 6, "spilled": 1, "failover": 1, "direct": 0},
+                               "one_worker": {"home": 0, "spilled": 0, "failover": 0, "direct": 3}})
+    assert "<td class='l'>quail_jokes</td><td>8</td><td>6</td><td>1</td><td>1</td><td>0</td><td>75%</td>" in html
+    assert "<td class='l'>one_worker</td><td>3</td>" in html and "<span class='muted'>-</span>" in html
+    routed = MANIFEST | {"routing": {"routed": "spilled", "worker": "grpc://gpu1:8815", "why": "its home <b>"}}
+    assert "title='spilled: its home &lt;b&gt;'" in run_html("quail_jokes", "r1", {"tech": routed})
 
 
 def test_a_run_id_of_any_characters_links_to_its_own_page():

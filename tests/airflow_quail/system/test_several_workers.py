@@ -6,8 +6,10 @@ answers and gives the same ones. `quail worker status --all` lists both workers 
 store, never the store's password."""
 
 import json
+import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -37,6 +39,27 @@ def _dag_test(env: dict, date: datetime) -> str:
     log = done.stdout + done.stderr
     assert done.returncode == 0 and "run ended: success" in log, log[-3000:]
     return log
+
+
+@contextmanager
+def _statsd(env: dict):
+    """Airflow's StatsD metrics on, sent to a UDP socket here: the env, and the datagrams' lines."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        udp.setblocking(False)
+        lines: list[str] = []
+        yield dict(env, AIRFLOW__METRICS__STATSD_ON="True", AIRFLOW__METRICS__STATSD_HOST="127.0.0.1",
+                   AIRFLOW__METRICS__STATSD_PORT=str(udp.getsockname()[1])), lines
+        while True:
+            try:
+                lines += udp.recv(65536).decode().splitlines()
+            except BlockingIOError:
+                break
+
+
+def _sent(lines: list[str], name: str) -> list[int]:
+    """The values of the counter `airflow.<name>` in StatsD lines (`name:value|c`)."""
+    return [int(line.split(":")[1].split("|")[0]) for line in lines if line.startswith(f"airflow.{name}:")]
 
 
 def _runs_by_worker(workers: list[str], token: str) -> dict[str, set[str]]:
@@ -83,12 +106,16 @@ def test_a_dags_runs_stay_on_its_worker_and_a_dead_workers_answers_are_shared(ai
 
         procs[home].kill()  # kill -9: its QUAIL_HOME and memory are gone with it, the store is not
         procs[home].wait()
-        log = _dag_test(env, third)
-        assert f"does not answer: failing over to {other}" in log and f"window(s) ran on {other} (1)" in log
+        with _statsd(env) as (statsd_env, lines):  # each task's metrics, through Airflow's own Stats
+            log = _dag_test(statsd_env, third)
+        assert f"{home} did not answer: it failed over to {other}" in log and f"window(s) ran on {other} (1)" in log
         moved = _jobs(other, token, run_id(third))
         assert set(moved) == {"kept", "topic"}
         assert all(s["tokens_computed"] == 0 and s["tokens_reused"]["store"] == s["tokens_naive"] > 0
                    for s in moved.values()), moved
+        assert _sent(lines, "quail.routed.failover") == [1, 1]  # both tasks, failed over from the dead home
+        assert _sent(lines, "quail.tokens_computed") == [0, 0]
+        assert sorted(_sent(lines, "quail.tokens_reused.store")) == sorted(s["tokens_naive"] for s in moved.values())
         for task in ("kept", "topic"):
             same_rows(*(pq.read_table(tmp_path / "out" / run_id(d) / f"{task}.parquet").to_pylist()
                         for d in (first, third)))

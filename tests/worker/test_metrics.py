@@ -160,3 +160,30 @@ def test_the_dashboard_and_the_alerts_ask_only_for_served_metrics(served):
         assert any(metric in q for q in queries), metric
     scraped = yaml.safe_load((docker / "prometheus" / "prometheus.yml").read_text())
     assert {"quail-worker", "airflow"} == {job["job_name"] for job in scraped["scrape_configs"]}
+
+
+def test_metrics_follow_the_workers_tls(tmp_path):
+    """A worker with a certificate serves its metrics over HTTPS with it: a client that trusts its
+    authority reads them; plain HTTP gets no metrics."""
+    import ssl
+    import urllib.error
+
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.worker.test_tls import _authority, _leaf
+
+    ca_key, ca = _authority("metrics test CA")
+    cert, key = _leaf(ca_key, ca)
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    metrics = Metrics()
+    metrics.serve(0, "127.0.0.1", (str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")))
+    try:
+        trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        with urllib.request.urlopen(f"https://127.0.0.1:{metrics.port}/metrics", context=trusted, timeout=10) as r:
+            assert r.status == 200 and b"quail_tokens_computed_total" in r.read()
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics.port}/metrics", timeout=10).read()
+    finally:
+        metrics.close()

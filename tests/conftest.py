@@ -107,11 +107,13 @@ def smollm2_for_every_session(monkeypatch, smollm2):
 @pytest.fixture(scope="session", autouse=True)
 def _converted_weights_once(tmp_path_factory):
     """Tests start workers and CLIs under a QUAIL_HOME of their own: one folder of converted weights
-    for the whole run (every xdist worker's, and the processes they start) converts each model once."""
+    and one of calibrations for the whole run (every xdist worker's, and the processes they start)
+    convert each model and measure each calibration once."""
     base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "converted-weights"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    os.environ.setdefault("QUAIL_CONVERTED_WEIGHTS", str(folder))
+    for name, variable in (("converted-weights", "QUAIL_CONVERTED_WEIGHTS"), ("calibrations", "QUAIL_CALIBRATIONS")):
+        folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.environ.setdefault(variable, str(folder))
 
 
 @pytest.fixture(autouse=True)

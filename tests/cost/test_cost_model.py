@@ -1,5 +1,7 @@
 """The cost model is measured, fitted and cached per device and model."""
 
+import pytest
+
 from quail.cost.model import CostModel, Sample
 from quail.executor import timing
 from quail.executor.timing import measured_cost
@@ -25,6 +27,7 @@ def test_sharing_rule_weighs_compute_saved_against_kv_writes():
 
 def test_calibration_is_measured_once_and_cached(tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setenv("QUAIL_HOME", str(tmp_path))
+    monkeypatch.delenv("QUAIL_CALIBRATIONS", raising=False)
     first = measured_cost(tiny_llama, 256)
     assert first.per_token > 0 and first.kv_write_per_page > 0
     assert len(list((tmp_path / "cost").glob("*.json"))) == 1
@@ -34,3 +37,14 @@ def test_calibration_is_measured_once_and_cached(tiny_llama, tmp_path, monkeypat
 
     monkeypatch.setattr(timing, "measure", measure_again)
     assert measured_cost(tiny_llama, 256) == first
+
+
+def test_homes_share_the_calibrations_quail_calibrations_names(tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUAIL_CALIBRATIONS", str(tmp_path / "shared"))
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "one"))
+    first = measured_cost(tiny_llama, 256)
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "two"))
+    monkeypatch.setattr(timing, "measure", lambda *_: pytest.fail("measured again in another home"))
+    assert measured_cost(tiny_llama, 256) == first
+    assert len(list((tmp_path / "shared").glob("*.json"))) == 1 and not (tmp_path / "one" / "cost").exists()
+    assert (tmp_path / "shared").stat().st_mode & 0o077 == 0  # made private, as $QUAIL_HOME is

@@ -1,14 +1,17 @@
 """Measures the cost model on this device at engine start, once per device, model and dtype.
 
 A few short prefill passes at different sizes and contexts on a scratch arena, then a least-squares
-fit (cost/model.py). The result is cached under $QUAIL_HOME/cost, so only the first start pays.
+fit (cost/model.py). The result is cached under $QUAIL_HOME/cost (or $QUAIL_CALIBRATIONS, a private
+folder that several homes on one machine share), so only the first start pays.
 """
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
@@ -20,6 +23,7 @@ from quail.executor.sequence import Seq
 from quail.kv import PAGE_SIZE, KVArena, PageArena
 from quail.model.llama import LlamaModel
 from quail.paths import home
+from quail.trust import private_folder
 
 # (new tokens, tokens already cached): sizes small enough to take seconds on a CPU
 PASSES = [(16, 0), (64, 0), (256, 0), (64, 192), (64, 448)]
@@ -75,8 +79,14 @@ def measure(model: LlamaModel, max_batch_tokens: int) -> CostModel:
     return CostModel.fit(samples, per_page, max_batch_tokens, device_name(model.device))
 
 
+def calibrations() -> Path:
+    """Where calibrations are kept: they describe this machine, not a user's runs."""
+    given = os.environ.get("QUAIL_CALIBRATIONS", "")
+    return private_folder(Path(given)) if given else home() / "cost"
+
+
 def measured_cost(model: LlamaModel, max_batch_tokens: int) -> CostModel:
-    path = home() / "cost" / f"{_cache_key(model, max_batch_tokens)}.json"
+    path = calibrations() / f"{_cache_key(model, max_batch_tokens)}.json"
     cost = CostModel.load(path)
     if cost is None:
         cost = measure(model, max_batch_tokens)

@@ -2,6 +2,7 @@
 converted weights, later loads map them and read nothing of the GGUF, and a damaged copy or a
 changed file is never used."""
 
+import json
 import logging
 import os
 import shutil
@@ -12,7 +13,7 @@ import torch
 
 from quail.cli.main import main
 from quail.model import converted
-from quail.model.identity import model_files, recorded_digest
+from quail.model.identity import digests_folder, model_files, recorded_digest
 from quail.model.loader import load_model
 from quail.model.registry import embedded_path
 
@@ -65,6 +66,19 @@ def test_a_second_load_maps_the_converted_weights_and_reads_no_gguf(gguf, monkey
     text = "Hello <|im_end|> wörld, 12345 tokens"
     assert first.tokenizer.encode(text) == second.tokenizer.encode(text)
     assert first.tokenizer.chat == second.tokenizer.chat and first.tokenizer.stop_ids == second.tokenizer.stop_ids
+
+
+def test_homes_that_share_converted_weights_share_the_digests_that_find_them(gguf, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("QUAIL_CONVERTED_WEIGHTS", str(tmp_path / "shared"))
+    first = load_model(str(gguf), "float32")
+    monkeypatch.setenv("QUAIL_HOME", str(tmp_path / "another-home"))  # a test's, a user's second home
+    _no_gguf(monkeypatch)
+    second = load_model(str(gguf), "float32")
+    assert not second.model.weights_loaded and second.digest == first.digest
+    assert _same(first, second)
+    with pytest.raises(SystemExit):
+        main(["models", "prune"])
+    assert "freed 0.00 GiB" in capsys.readouterr().out and (tmp_path / "shared" / ".digests").is_dir()
 
 
 def test_a_load_reads_no_weight_until_one_is_used_and_then_the_same(gguf):
@@ -135,7 +149,7 @@ def test_a_files_digest_is_computed_again_once_anything_changes_it(gguf):
     copy = gguf.with_name("copy.gguf")
     shutil.copy2(gguf, copy)  # `cp -p`: another file with the same size and times
     assert recorded_digest(copy, model_files(copy)) is None
-    [record] = (Path(os.environ["QUAIL_HOME"]) / "models" / "digests").glob("*.json")
+    [record] = [r for r in digests_folder().glob("*.json") if json.loads(r.read_text())["path"] == str(gguf.resolve())]
     for garbage in ("[1, 2]", "{not json", '{"fingerprint": 7}'):
         record.write_text(garbage)
         assert recorded_digest(gguf, files) is None

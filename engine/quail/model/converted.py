@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from quail.model.config import ModelConfig, RopeScaling
-from quail.model.identity import file_sha256, fingerprint
+from quail.model.identity import DIGESTS, file_sha256, fingerprint
 from quail.model.safetensors_loader import SafetensorsWeights
 from quail.model.tokenizer import Tokenizer
 from quail.paths import home
@@ -304,7 +304,7 @@ def prune(needed: set[str]) -> list[tuple[str, int]]:
     removed = []
     kept = root()
     for d in kept.iterdir() if kept is not None else []:
-        if d.name not in needed:
+        if d.name not in needed and d.name != DIGESTS:
             size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
             shutil.rmtree(d, ignore_errors=True)
             removed.append((d.name, size))

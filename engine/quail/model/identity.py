@@ -61,12 +61,23 @@ def digest_while(path: Path, files: list[Path]) -> Future:
         pool.shutdown(wait=False)
 
 
-def _record_path(path: Path) -> Path:
+DIGESTS = ".digests"  # their folder inside $QUAIL_CONVERTED_WEIGHTS, beside the converted models
+
+
+def digests_folder() -> Path:
+    """Where each model file's digest is recorded: $QUAIL_HOME/models/digests, or, where
+    $QUAIL_CONVERTED_WEIGHTS names a folder that several homes share, inside it, so that a new home
+    maps the converted weights without reading the model's file again."""
     from quail.paths import home
     from quail.trust import private_folder
 
+    given = os.environ.get("QUAIL_CONVERTED_WEIGHTS", "")
+    return private_folder(Path(given) / DIGESTS if given not in ("", "off") else home() / "models" / "digests")
+
+
+def _record_path(path: Path) -> Path:
     name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:32]
-    return private_folder(home() / "models" / "digests") / f"{name}.json"
+    return digests_folder() / f"{name}.json"
 
 
 def _stats(fp: Fingerprint) -> list[list]:
@@ -105,10 +116,8 @@ def record_digest(path: Path, fp: Fingerprint, digest: str) -> None:
 def recorded_models() -> dict[str, Path]:
     """Each digest recorded for files that are still those it was computed from, with their path.
     A record whose files changed or went is removed."""
-    from quail.paths import home
-
     out = {}
-    for record in sorted((home() / "models" / "digests").glob("*.json")):
+    for record in sorted(digests_folder().glob("*.json")):
         try:
             path = Path(json.loads(record.read_text())["path"])
             digest = recorded_digest(path, model_files(path)) if path.exists() else None

@@ -66,10 +66,10 @@ def test_a_job_that_keeps_no_answers_computes_nothing_ahead(client):
 
 
 def test_a_window_larger_than_the_arena_is_computed_in_parts_that_its_consumer_finds_retained(client):
-    """240 documents of about 4 pages each on a 256-page arena: the filter's job computes them in
+    """120 documents of about 4 pages each on a 256-page arena: the filter's job computes them in
     parts of half the retention pool, the classify ahead after each part, on KV still retained."""
     words = "striker keeper derby rates chip phone final coach penalty market league season".split()
-    texts = [" ".join(words[(i + k) % len(words)] for k in range(30 + i % 7)) + f" {i}" for i in range(240)]
+    texts = [" ".join(words[(i + k) % len(words)] for k in range(30 + i % 7)) + f" {i}" for i in range(120)]
     spec = OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=0.0)
     p = plan([spec, CLASSIFY])
     job, _ = client.submit(Identity("news", "sport", "big"), spec, p["sport"], Reuse(),

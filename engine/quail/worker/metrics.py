@@ -26,16 +26,16 @@ if TYPE_CHECKING:
     from quail.session import Session
     from quail.worker.jobs import Job
 
+SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+STORE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+RATE_WINDOW = 60.0  # seconds over which tokens_per_second averages
+
 
 class Watched(Protocol):
     """What a scrape reads of its worker (worker/server.py's Worker)."""
 
     session: "Session"
     jobs: "dict[str, Job]"
-
-SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
-STORE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
-RATE_WINDOW = 60.0  # seconds over which tokens_per_second averages
 
 
 class Rate:

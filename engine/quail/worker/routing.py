@@ -83,7 +83,7 @@ def route(order: Sequence[str], loads: Mapping[str, int], absolute: int = SPILL_
         why = (f"its home {home} held {loads[home]:,} queued tokens, far more than {least}'s {loads[least]:,}: "
                f"it spilled there and lost the KV its producer retained")
     elif home != order[0]:
-        silent = ", ".join(w for w in order[:order.index(home)])
+        silent = ", ".join(order[: order.index(home)])
         why = f"{silent} did not answer: it failed over to {home}, the next in its partition's order"
     else:
         why = "its partition's home"

@@ -22,12 +22,14 @@ steps; engine prefill >= 1.0x transformers' batches.
 """
 
 import argparse
+import atexit
 import contextlib
 import io
 import json
 import math
 import os
 import platform
+import shutil
 import tempfile
 import time
 import traceback
@@ -36,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# before quail is imported: the cost model's calibration is cached under QUAIL_HOME, kept out of ~
+# before quail is imported: the cost model's calibration is cached under QUAIL_HOME, kept out of ~,
+# and removed at exit (every import of this module, a test's among them, made one)
 os.environ["QUAIL_HOME"] = tempfile.mkdtemp(prefix="quail-gpu-check-")
+atexit.register(shutil.rmtree, os.environ["QUAIL_HOME"], ignore_errors=True)
 
 from bench.common.results import output_path, parser, record  # noqa: E402
 from quail.kernels.attention import paged_attention  # noqa: E402

@@ -264,7 +264,7 @@ class Scheduler:
                 self._fail(g, e)
             return []
         self.forward_passes += 1
-        self.batch_tokens += sum(len(c.tokens) for c in chunks)
+        self.batch_tokens += self.max_batch_tokens - budget
         for g in groups:  # the arena is fullest right after a pass wrote its KV
             g.stats.forward_passes += 1
             g.stats.pages_peak = max(g.stats.pages_peak, self.cache.pages.num_used)

@@ -36,6 +36,7 @@ from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost
 from quail.worker.jobs import Identity
+from quail.worker.routing import DIRECT
 
 if TYPE_CHECKING:
     from airflow.sdk import Context, ObjectStoragePath
@@ -53,7 +54,6 @@ class TaskRun:
         self.task, self.hook = task, hook
         self.jobs = WindowJobs(task)
         self.rows_out: int | None = None  # once a try wrote its output, for OpenLineage
-        self.routing: dict = {}  # how the try chose its worker, and why (worker/routing.py)
 
     def cancel(self) -> None:
         """Cancels the job in flight (Airflow stopped the task); a retry then computes it anew."""
@@ -73,20 +73,21 @@ class TaskRun:
             budget = self._budget()
             if budget is not None and ended is None:
                 check_budget(task.task_id, self._predicted(run, spec, source, others), budget)
-            started, staged, queued = time.monotonic(), [], [0.0]
+            started, staged, queued = time.monotonic(), [], 0.0
             ahead: dict[str, dict[str, int]] = {}
             workers: dict[str, int] = {}  # where the windows ran, with how many each
             pool = self._fan_out(run, ended)
             kept = threading.Lock()  # windows may end at once, on several workers
 
             def step(window: Window) -> WindowDone:
+                nonlocal queued
                 on = run if len(pool) == 1 else replace(run, client=pool.for_window(window.k))
                 record = self.jobs.record(on, window, ended, pool)
                 with kept:
                     staged.append((window.k, record["digest"]))
                     where = record.get("worker", on.client.location)
                     workers[where] = workers.get(where, 0) + 1
-                    queued[0] += record.get("queued_seconds", 0.0)  # a window staged by an older Quail: none
+                    queued += record.get("queued_seconds", 0.0)  # a window staged by an older Quail: none
                     for consumer, seen in record.get("ahead", {}).items():
                         total = ahead.setdefault(consumer, dict.fromkeys(seen, 0))
                         for k, v in seen.items():
@@ -108,8 +109,8 @@ class TaskRun:
         self._log_done(done, workers, ahead)
         manifest = {"target": task.target, "rows_in": done.rows_in, "rows_out": done.rows_out, "windows": done.windows,
                     "worker": run.client.location, "workers": workers, "stats": done.stats.to_dict(),
-                    "predicted": done.predicted.rounded(), "computed_ahead": ahead, "routing": self.routing,
-                    "waited_seconds": round(self.jobs.waited + queued[0], 3),
+                    "predicted": done.predicted.rounded(), "computed_ahead": ahead,
+                    "routing": _routing(run.client), "waited_seconds": round(self.jobs.waited + queued, 3),
                     # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                     "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
         emit(run.identity.dag_id, run.identity.task_id, manifest)
@@ -127,7 +128,6 @@ class TaskRun:
                 hook.get_conn(*route)
         except WorkerLost:
             client = self.jobs.reconnect(hook, route)
-        self.routing = _routing(client)
         reuse = Reuse(store=hook.answer_store) if task.reuse else Reuse.none()
         return TaskTry(identity, WindowStage(task.target, where if isinstance(where, Path) else None, identity),
                        hook, route, client, *task.plan_entry(), reuse, source_rows(task.sources()[0]))
@@ -185,10 +185,10 @@ class TaskRun:
 
 
 def _routing(client: WorkerClient) -> dict:
-    """Whether a task ran at its partition's home, spilled or failed over, and why; "direct" where
-    its connection names one worker (or none: a local one)."""
+    """Whether the task's worker is its partition's home, or it spilled or failed over there, and
+    why; DIRECT where its connection names one worker (or none: a local one)."""
     route = client.route
     if route is None:
-        return {"routed": "direct", "worker": client.location, "home": client.location,
+        return {"routed": DIRECT, "worker": client.location, "home": client.location,
                 "why": "the only worker its connection names (or a local one)"}
     return {"routed": route.routed, "worker": route.worker, "home": route.home, "why": route.why}

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
 from airflow_quail.plugins import views
+from quail.worker.routing import ROUTES, Routed
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -63,7 +64,7 @@ class _Plan(BaseModel):
 
 
 class _Routing(BaseModel):
-    routed: Literal["home", "spilled", "failover", "direct"]
+    routed: Literal[Routed, "direct"]  # worker/routing.py's ROUTES
     worker: StrictStr
     why: StrictStr = ""
 
@@ -161,7 +162,7 @@ def routing_by_dag(session: "Session") -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for dag_id, _, _, _, m in _manifests(session):
         if m.get("routing"):
-            counts = out.setdefault(dag_id, dict.fromkeys(views.ROUTED, 0))
+            counts = out.setdefault(dag_id, dict.fromkeys(ROUTES, 0))
             counts[m["routing"]["routed"]] += 1
     return out
 

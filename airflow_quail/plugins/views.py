@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 from quail.constants import MECHANISMS
 from quail.worker.jobs import JobState
+from quail.worker.routing import DIRECT, ROUTES
 
 COLORS = {"computed": "#c0504d", "rewind": "#4f81bd", "sharing": "#9bbb59", "retention": "#8064a2", "store": "#f79646"}
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}h1{font-size:1.4rem;overflow-wrap:anywhere}
@@ -67,9 +68,6 @@ def runs_html(runs: list[dict]) -> str:
             "<th>without reuse</th></tr>" + rows + "</table>")
 
 
-ROUTED = ("home", "spilled", "failover", "direct")  # airflow_quail.runs: how a task came to its worker
-
-
 def routing_html(by_dag: dict[str, dict[str, int]]) -> str:
     """Each DAG's share of tasks that ran at their partition's home: where it falls, KV retained for
     a consumer is lost and the pool is too small or unbalanced (docs/deploying.md, "Watching a pool")."""
@@ -78,11 +76,11 @@ def routing_html(by_dag: dict[str, dict[str, int]]) -> str:
     rows = []
     for dag_id, counts in by_dag.items():
         n = sum(counts.values())
-        routed = sum(counts[k] for k in ROUTED[:3])  # a task of a connection of one worker had no choice
+        routed = n - counts[DIRECT]  # a task of a connection of one worker had no choice
         share = f"{counts['home'] / routed:.0%}" if routed else "<span class='muted'>-</span>"
         rows.append(f"<tr><td class='l'>{escape(dag_id)}</td><td>{n:,}</td>"
-                    + "".join(f"<td>{counts[k]:,}</td>" for k in ROUTED) + f"<td>{share}</td></tr>")
-    return ("<table><tr><th class='l'>DAG</th><th>Quail tasks</th>" + "".join(f"<th>{k}</th>" for k in ROUTED)
+                    + "".join(f"<td>{counts[k]:,}</td>" for k in ROUTES) + f"<td>{share}</td></tr>")
+    return ("<table><tr><th class='l'>DAG</th><th>Quail tasks</th>" + "".join(f"<th>{k}</th>" for k in ROUTES)
             + "<th>at home</th></tr>" + "".join(rows) + "</table>")
 
 

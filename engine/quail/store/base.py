@@ -14,6 +14,12 @@ DEFAULT_MAX_BYTES = 1 << 30
 
 
 class Store(Protocol):
+    backend: str  # "sqlite" or "postgres", as metrics label it
+
+    @property
+    def errors(self) -> int:
+        """Calls that failed since it was opened (the run went on without it)."""
+
     @property
     def path(self) -> Path | str:
         """Where it is, as messages name it: never a password."""

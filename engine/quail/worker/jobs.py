@@ -135,6 +135,11 @@ class Job:
         return self.submission.window
 
     @property
+    def queued_seconds(self) -> float:
+        """How long it waited before it computed (or was cancelled), or has waited so far."""
+        return (self.started or self.finished or time.time()) - self.submitted
+
+    @property
     def queued_tokens(self) -> int:
         """Document tokens not computed yet: what a router weighs this job by."""
         return 0 if self.ended else self.document_tokens * (self.rows - self.rows_done) // max(self.rows, 1)
@@ -167,7 +172,7 @@ class Job:
                 "state": self.state, "rows": self.rows, "rows_done": self.rows_done,
                 "tokens_computed": self.tokens_computed,
                 "tokens_per_second": self.tokens_computed / running if running else 0.0,
-                "queued_seconds": (self.started or self.finished or time.time()) - self.submitted,
+                "queued_seconds": self.queued_seconds,
                 "first_row": self.window.first_row, "table_rows": self.window.table_rows,
                 "eta_seconds": left / rate if left is not None and rate else None,
                 "stats": self.stats, "predicted": self.predicted, "ahead": self.ahead, "error": self.error}

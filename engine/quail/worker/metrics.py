@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from quail.constants import MECHANISMS
 from quail.store.base import Store
+from quail.worker.routing import DIRECT
 
 if TYPE_CHECKING:
     from quail.session import Session
@@ -107,7 +108,7 @@ class Metrics:
         self.registry.register(_Live(worker, self))
 
     def submitted(self, job: "Job") -> None:
-        self.jobs_submitted.labels(*self._dag(job.identity.dag_id), job.submission.routed or "direct").inc()
+        self.jobs_submitted.labels(*self._dag(job.identity.dag_id), job.submission.routed or DIRECT).inc()
 
     def computed(self, job: "Job") -> None:
         self.windows.labels(*self._dag(job.identity.dag_id)).inc()
@@ -118,7 +119,7 @@ class Metrics:
         dag = self._dag(job.identity.dag_id)
         self.jobs_ended.labels(*dag, str(job.state)).inc()
         if job.started is not None:
-            self.queue_wait.labels(*dag).observe(job.started - job.submitted)
+            self.queue_wait.labels(*dag).observe(job.queued_seconds)
             self.compute_time.labels(*dag).observe((job.finished or time.time()) - job.started)
         s = job.stats
         if s is None:
@@ -153,7 +154,7 @@ class Metered:
 
     def __init__(self, store: Store, metrics: Metrics):
         self.store = store
-        self.backend = getattr(store, "backend", type(store).__name__)
+        self.backend = store.backend
         self.lookups = self.hits = self.writes = 0
         self._seconds = metrics.store_seconds
 

@@ -16,9 +16,11 @@ import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal, get_args
 
 Routed = Literal["home", "spilled", "failover"]
+DIRECT: Final = "direct"  # no route chosen: the task's connection names one worker (or none: a local one)
+ROUTES: Final = (*get_args(Routed), DIRECT)  # how a task came to its worker, as its manifest and metrics say
 
 SPILL_ABSOLUTE_TOKENS = 200_000  # queued tokens above the least loaded worker's...
 SPILL_RELATIVE = 4.0  # ...and this many times them

@@ -86,7 +86,7 @@ def test_counters_equal_the_jobs_accounting(served):
     assert total(m, "quail_rows_total") == 4 * len(TEXTS)
     assert total(m, "quail_jobs_submitted_total", routed="spilled") == 2
     assert total(m, "quail_jobs_submitted_total", routed="direct") == 2
-    assert total(m, "quail_jobs_ended_total", state="done") == 4
+    assert total(m, "quail_jobs_ended_total", state="done") == total(m, "quail_windows_computed_total") == 4
     assert total(m, "quail_job_compute_seconds_count") == 4
     assert total(m, "quail_job_queue_wait_seconds_count") == 4
     # the passes the engine ran, and what they computed: the jobs' computed tokens, batched

@@ -88,8 +88,8 @@ class Metrics:
                                       [*dag, "routed"], registry=r)
         self.jobs_ended = Counter("quail_jobs_ended", "Jobs ended, by state (done, failed, cancelled)",
                                   [*dag, "state"], registry=r)
-        self.windows = Counter("quail_windows_computed", "Parts of jobs' rows computed one after another",
-                               dag, registry=r)
+        self.windows = Counter("quail_windows_computed", "Windows computed: jobs that computed their rows (a "
+                               "prediction computes none)", dag, registry=r)
         self.queue_wait = Histogram("quail_job_queue_wait_seconds", "Seconds a job waited before it computed",
                                     dag, buckets=SECONDS, registry=r)
         self.compute_time = Histogram("quail_job_compute_seconds", "Seconds a job computed", dag, buckets=SECONDS,
@@ -110,9 +110,6 @@ class Metrics:
     def submitted(self, job: "Job") -> None:
         self.jobs_submitted.labels(*self._dag(job.identity.dag_id), job.submission.routed or DIRECT).inc()
 
-    def computed(self, job: "Job") -> None:
-        self.windows.labels(*self._dag(job.identity.dag_id)).inc()
-
     def ended(self, job: "Job") -> None:
         """A job's accounting, added once as it ends (a done job's stats; a failed or cancelled one's
         counts only its end and times)."""
@@ -131,6 +128,7 @@ class Metrics:
             self.tokens_reused.labels(*dag, mechanism).inc(s["tokens_reused"][mechanism])
         self.tokens_ahead.labels(*dag).inc(sum(seen["tokens_computed"] for seen in job.ahead.values()))
         self.rows.labels(*dag).inc(job.rows)
+        self.windows.labels(*dag).inc()
 
     def metered(self, store: Store | None) -> Store | None:
         return None if store is None else Metered(store, self)

@@ -415,8 +415,6 @@ class Worker(flight.FlightServerBase):
                 done = compute_window(self.session, sub.whole_plan, sub.spec, sub.op, sub.reuse, inputs,
                                       progress=progress, scope=sub.identity.scope)
                 predicted.add(done.escalated)
-                if self.metrics is not None:
-                    self.metrics.computed(job)
                 self._ahead(job, ahead, done.results, inputs)
                 tables.append(done.results)
                 stats = done.stats if stats is None else stats.merge(done.stats)

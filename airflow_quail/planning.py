@@ -72,7 +72,7 @@ def _planned(task: Any, planned: dict[str, "QuailOperator"]) -> "QuailOperator |
     operator of its partial arguments: an input expanded over a Quail operator's output (its
     manifests' targets) reads that operator's target (from `planned`, the upstream tasks' plans),
     so retention is planned from it to each mapped index; one expanded over a list plans with its
-    first value. Each index computes and retains its own input, under its own identity (the map
+    first value. Each index computes and retains its own input, under its own origin (the map
     index)."""
     if is_quail(type(task)):
         return task

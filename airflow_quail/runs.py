@@ -35,7 +35,7 @@ from quail.planner.predict import Prediction
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.routing import DIRECT
 
 if TYPE_CHECKING:
@@ -113,14 +113,14 @@ class TaskRun:
                     "routing": _routing(run.client), "waited_seconds": round(self.jobs.waited + queued, 3),
                     # plain JSON (tuples as lists), so that XCom stores no serialized Python types
                     "plan": json.loads(json.dumps({"plan_hash": run.plan.hash, "operator": asdict(run.op)}))}
-        emit(run.identity.dag_id, run.identity.task_id, manifest)
+        emit(run.origin.dag_id, run.origin.task_id, manifest)
         return manifest
 
     def _try(self, context: "Context", where: "SqlLocation | Path | ObjectStoragePath | None",
              ended: tuple[int, dict] | None) -> TaskTry:
         ti, task, hook = context["ti"], self.task, self.hook
-        identity = Identity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
-        route = (identity.dag_id, identity.map_index)
+        origin = Origin(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
+        route = (origin.dag_id, origin.map_index)
         # a window a trigger saw end is fetched from the worker that ran it; else the partition's worker,
         # waited for while the whole pool does not answer (a rolling update), as for a lost one
         try:
@@ -129,7 +129,7 @@ class TaskRun:
         except WorkerLost:
             client = self.jobs.reconnect(hook, route)
         reuse = Reuse(store=hook.answer_store) if task.reuse else Reuse.none()
-        return TaskTry(identity, WindowStage(task.target, where if isinstance(where, Path) else None, identity),
+        return TaskTry(origin, WindowStage(task.target, where if isinstance(where, Path) else None, origin),
                        hook, route, client, *task.plan_entry(), reuse, source_rows(task.sources()[0]))
 
     def _fan_out(self, run: TaskTry, ended: tuple[int, dict] | None) -> FanOut:

@@ -23,12 +23,12 @@ from quail.errors import QuailError
 from quail.paths import home
 from quail.pipeline.stream import OutputSink
 from quail.trust import private_folder
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 
 
 class WindowStage:
-    def __init__(self, target: str, local: Path | None, identity: Identity):
-        key = hashlib.sha256(f"{identity.key}\x1f{target}".encode()).hexdigest()[:16]
+    def __init__(self, target: str, local: Path | None, origin: Origin):
+        key = hashlib.sha256(f"{origin.key}\x1f{target}".encode()).hexdigest()[:16]
         base = local.parent if local is not None else home() / "staging"
         name = local.name if local is not None else "output"
         self.folder = base / f".{name}.quail-{key}"

@@ -1,5 +1,5 @@
 """A Quail task's windows as jobs on its workers (airflow_quail.runs drives them), each one
-fault-tolerant: found staged by an earlier try; re-attached to by its identity, which has no try
+fault-tolerant: found staged by an earlier try; re-attached to by its origin, which has no try
 number, after the task process died; waited for here or, deferrable, by the triggerer; moved to
 another of the task's workers, or resubmitted once the partition's worker answers again, when its
 worker is lost; and staged on disk when it ends."""
@@ -19,7 +19,7 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost, backoff
-from quail.worker.jobs import LOST, Identity, JobState, Span, Submission, job_ref
+from quail.worker.jobs import LOST, Origin, JobState, Span, Submission, job_ref
 from quail.worker.protocol import content_digest, documents_digest
 
 
@@ -55,7 +55,7 @@ class QuailTask(Protocol):
 class TaskTry:
     """What one try of a task works with."""
 
-    identity: Identity
+    origin: Origin
     stage: WindowStage
     hook: QuailHook
     route: tuple[str, int]  # the task's routing key, its DAG and partition (QuailHook.get_conn)
@@ -91,7 +91,7 @@ class WindowJobs:
         again, within the connection's `worker_lost_timeout`."""
         log = self.task.log
         documents = documents_digest(window.inputs)
-        submission = Submission(run.identity, window.spec, run.op, run.reuse, plan=run.plan)
+        submission = Submission(run.origin, window.spec, run.op, run.reuse, plan=run.plan)
         status = None
         if ended is not None and ended[0] == window.k and ended[1]["state"] != LOST:
             if ended[1]["documents"] != documents:
@@ -122,7 +122,7 @@ class WindowJobs:
 
     def predicted(self, run: TaskTry, window: Window) -> dict:
         """The window's accounting, predicted by the worker with nothing computed (a tokenizing pass)."""
-        job, _ = run.client.submit(replace(run.identity, window=window.k), window.spec, run.op, run.reuse,
+        job, _ = run.client.submit(replace(run.origin, window=window.k), window.spec, run.op, run.reuse,
                                    window.inputs, Span(window.offset, run.total_rows, window.last), run.plan,
                                    predict_only=True)
         status = run.client.wait(job)
@@ -138,7 +138,7 @@ class WindowJobs:
 
     def _compute(self, run: TaskTry, window: Window) -> dict:
         """The window's job, submitted (or re-attached to) and waited for here or, deferrable, by the triggerer."""
-        job, attached = run.client.submit(replace(run.identity, window=window.k), window.spec, run.op, run.reuse,
+        job, attached = run.client.submit(replace(run.origin, window=window.k), window.spec, run.op, run.reuse,
                                           window.inputs, Span(window.offset, run.total_rows, window.last),
                                           run.plan, replaces=run.stage.job(window.k))
         run.stage.put_job(window.k, job)

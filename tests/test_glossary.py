@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RETIRED = {
     "WindowAnswers", "prefix_sharing", "chain", "_chain", "chains", "peer", "peers", "peers_lock", "large", "big",
     "second", "cascaded", "PhysicalPlan", "dag_plan", "Extraction", "Mapped", "SelectivityStore", "WrittenStore",
-    "written_parts",
+    "written_parts", "Identity", "by_identity",
 }
 # retired as a column of an output table: `escalated` now
 RETIRED_COLUMNS = {"cascaded"}

@@ -47,7 +47,7 @@ def workers_html(workers: list[dict]) -> str:
         i = w["info"]
         used = i["arena_pages"] - i["free_pages"]
         running = [j for j in w["jobs"] if j["state"] in (JobState.QUEUED, JobState.RUNNING)]
-        jobs = "<br>".join(f"{escape(j['identity']['dag_id'])}/{escape(j['identity']['task_id'])}: "
+        jobs = "<br>".join(f"{escape(j['origin']['dag_id'])}/{escape(j['origin']['task_id'])}: "
                            f"{j['rows_done']}/{j['rows']} rows, {j['tokens_per_second']:,.0f} tok/s" for j in running)
         rows.append(f"<tr><td class='l'>{escape(w['location'])}</td><td class='l'>{escape(i['model'])}</td>"
                     f"<td class='l'>{escape(i['device'])} {escape(i['dtype'])}</td><td>{i['arena_pages']:,}</td>"

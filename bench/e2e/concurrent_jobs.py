@@ -16,7 +16,7 @@ from quail.reuse import Reuse
 from quail.session import Session
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.server import Worker
 
 SPEC = OperatorSpec("tech", "filter", ("jokes",), ("joke",), ("Is this joke about Java?", "Is it funny?"),
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     def run(runs: list[str], together: bool) -> dict:
         start, passes, jobs = time.perf_counter(), session.engine.scheduler.forward_passes, []
         for half, run_id in zip(halves, runs):
-            job, _ = client.submit(Identity("bench", "tech", run_id), SPEC, entry, Reuse(), [(half, list(range(90)))])
+            job, _ = client.submit(Origin("bench", "tech", run_id), SPEC, entry, Reuse(), [(half, list(range(90)))])
             if not together:
                 client.wait(job, poll=0.02)
             jobs.append(job)

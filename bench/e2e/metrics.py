@@ -28,7 +28,7 @@ from quail.session import Session
 from quail.specs import OperatorSpec
 from quail.store.sqlite import SqliteStore
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.metrics import Metrics
 from quail.worker.server import Worker
 
@@ -55,7 +55,7 @@ def one_job(loaded, texts: list[str], folder: Path, name: str, metered: bool) ->
     try:
         client = WorkerClient(location, token="bench")
         start = time.perf_counter()
-        job, _ = client.submit(Identity("bench", "f", name), SPEC, plan([SPEC])["f"], Reuse(),
+        job, _ = client.submit(Origin("bench", "f", name), SPEC, plan([SPEC])["f"], Reuse(),
                                [(texts, list(range(len(texts))))])
         status = client.wait(job, poll=0.05)
         seconds = time.perf_counter() - start

@@ -18,7 +18,7 @@ from quail.reuse import Reuse
 from quail.session import Session
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.server import Worker
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         threading.Thread(target=server.serve, daemon=True).start()
         client = WorkerClient(location, "bench")
         t = time.perf_counter()
-        job, _ = client.submit(Identity("bench", "sport", "r"), spec, plan([spec])["sport"], Reuse(),
+        job, _ = client.submit(Origin("bench", "sport", "r"), spec, plan([spec])["sport"], Reuse(),
                                [(texts, list(range(rows)))])
         submitted = time.perf_counter() - t
         while client.status(job)["rows_done"] == 0:

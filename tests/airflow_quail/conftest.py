@@ -64,7 +64,7 @@ def worker_jobs(tmp_path: Path) -> list[dict]:
 
     [sock] = (tmp_path / "quail" / "worker").glob("*.sock")
     return sorted(WorkerClient(f"grpc+unix://{sock}", read_token(f"grpc+unix://{sock}")).status(),
-                  key=lambda j: j["identity"]["run_id"])
+                  key=lambda j: j["origin"]["run_id"])
 
 
 @pytest.fixture

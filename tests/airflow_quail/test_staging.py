@@ -9,9 +9,9 @@ import pytest
 
 from airflow_quail.staging import WindowStage
 from quail.errors import QuailError
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 
-IDENTITY = Identity("news", "sport", "r1")
+IDENTITY = Origin("news", "sport", "r1")
 
 
 def _stage(tmp_path) -> WindowStage:

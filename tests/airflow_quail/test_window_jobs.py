@@ -39,6 +39,6 @@ def test_a_lost_workers_windows_move_to_the_others_not_home(pool, tmp_path, monk
     moved = op.execute({"ti": SimpleNamespace(dag_id="news", task_id="moved", run_id="r1", map_index=-1)})
     assert moved["windows"] == 4 and set(moved["workers"]) == set(locations)  # none on the dead one
     assert sum(moved["workers"].values()) == 4
-    jobs = [j for s in servers for j in s.jobs.values() if j.submission.identity.task_id == "moved"]
-    assert sorted(j.submission.identity.window for j in jobs) == list(range(4))  # each window computed once
+    jobs = [j for s in servers for j in s.jobs.values() if j.submission.origin.task_id == "moved"]
+    assert sorted(j.submission.origin.window for j in jobs) == list(range(4))  # each window computed once
     assert pq.read_table(tmp_path / "moved.parquet").column("id").to_pylist() == list(range(len(TEXTS)))

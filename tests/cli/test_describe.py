@@ -7,7 +7,7 @@ INFO = {"model": "smollm2-135m", "dtype": "float32", "dtype_why": "given", "atte
         "attention_why": "no kernel for float32", "device": "cpu", "arena_pages": 256, "free_pages": 200,
         "retained_pages": 56, "max_batch_tokens": 2048, "memory": None, "cascade_models": [],
         "answer_store": "/tmp/answers.sqlite", "weights_loaded": True}
-JOB = {"ref": "0123456789abcdef", "identity": {"dag_id": "news", "run_id": "r1", "task_id": "sport"},
+JOB = {"ref": "0123456789abcdef", "origin": {"dag_id": "news", "run_id": "r1", "task_id": "sport"},
        "state": "running", "rows_done": 30, "rows": 100, "tokens_per_second": 1234.5, "tokens_computed": 5000,
        "stats": None, "table_rows": None, "first_row": 0, "eta_seconds": None}
 

@@ -25,7 +25,7 @@ from quail.specs import Cascade, OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.server import Worker
 from tests.cli.test_bad_input import refused
 
@@ -94,7 +94,7 @@ def test_a_worker_job_reports_each_models_tokens_and_predicts_them(sessions, tmp
     server = Worker(small, f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
     try:
         client = WorkerClient(f"grpc+unix://{tmp_path}/w.sock", token="s3cret")
-        job, _ = client.submit(Identity("news", "sport", "r1"), spec, p["sport"], Reuse(),
+        job, _ = client.submit(Origin("news", "sport", "r1"), spec, p["sport"], Reuse(),
                                [(TEXTS, list(range(len(TEXTS))))], plan=p)
         status = client.wait(job, poll=0.05)
         answers = client.fetch(job)

@@ -22,8 +22,8 @@ from quail.planner.plan import plan
 from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity, Submission
-from quail.worker.protocol import DOCUMENTS, documents_table, submit_command
+from quail.worker.jobs import Origin, Submission
+from quail.worker.protocol import DOCUMENTS, documents_table, parse_submit, submit_command
 from quail.worker.server import Worker
 from quail.worker.tokens import token_from_file
 
@@ -43,7 +43,7 @@ def worker(smollm2, tmp_path):
 
 
 def _command(**changes) -> bytes:
-    doc = json.loads(submit_command(Submission(Identity("d", "f", "r"), SPEC, plan([SPEC])["f"], Reuse())))
+    doc = json.loads(submit_command(Submission(Origin("d", "f", "r"), SPEC, plan([SPEC])["f"], Reuse())))
     for path, value in changes.items():
         *parents, key = path.split("__")
         target = doc
@@ -72,7 +72,7 @@ def _put(location: str, command: bytes, table: pa.Table | None = None):
     ({"spec__threshold": "0.5"}, "spec.threshold: Input should be a valid number"),
     ({"spec__questions": "Sport?"}, "spec.questions: Input should be a valid array"),
     ({"spec__outptu": "x.parquet"}, "spec.outptu: Unexpected keyword argument"),
-    ({"identity__map_index": "0"}, "identity.map_index"),
+    ({"origin__map_index": "0"}, "origin.map_index"),
     ({"reuse__rewind": "no"}, "reuse.rewind: Input should be a valid boolean"),
     ({"window__first_row": -1}, "negative row"),
 ])
@@ -106,7 +106,7 @@ def test_oversized_requests_are_refused_not_stored(worker):
 def test_the_list_of_jobs_gives_away_no_id_and_the_id_is_what_fetches(worker):
     _, location = worker
     client = WorkerClient(location, "t0k")
-    job, _ = client.submit(Identity("d", "f", "r"), SPEC, plan([SPEC])["f"], Reuse(), [(TEXTS, [0, 1])])
+    job, _ = client.submit(Origin("d", "f", "r"), SPEC, plan([SPEC])["f"], Reuse(), [(TEXTS, [0, 1])])
     client.wait(job, poll=0.05)
     [listed] = client.status()
     assert job not in json.dumps(listed) and "content" not in listed and listed["state"] == "done"
@@ -129,7 +129,7 @@ def test_one_dag_queues_at_most_max_queued_jobs_and_a_submission_waits_its_turn(
     client = WorkerClient(location, "t0k")
 
     def submit(dag: str, task: str) -> str:
-        return client.submit(Identity(dag, task, "r"), SPEC, plan([SPEC])["f"], Reuse(), [(TEXTS, [0, 1])])[0]
+        return client.submit(Origin(dag, task, "r"), SPEC, plan([SPEC])["f"], Reuse(), [(TEXTS, [0, 1])])[0]
 
     monkeypatch.setattr(client_module, "BUSY_TIMEOUT", 0.0)
     first = [submit("flood", f"t{i}") for i in range(2)]
@@ -206,3 +206,13 @@ def test_another_local_user_can_neither_reach_the_local_worker_nor_read_its_toke
     finally:
         stop_local_workers(home / "worker")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_an_older_operators_submission_under_identity_is_parsed_as_its_origin():
+    """Workers upgrade before the operators that submit to them: the origin's earlier key still parses."""
+    doc = json.loads(_command())
+    doc["identity"] = doc.pop("origin")
+    assert parse_submit(json.dumps(doc).encode()).origin == Origin("d", "f", "r")
+    del doc["identity"]
+    with pytest.raises(QuailError, match="malformed job submission: origin: Field required"):
+        parse_submit(json.dumps(doc).encode())

@@ -13,7 +13,7 @@ from quail.session import Session
 from quail.store.sqlite import SqliteStore
 from quail.worker.ahead import consumers_ahead
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.server import Worker
 
 TEXTS = ["The striker scored twice in the derby.", "Rates rose again.", "The keeper saved a penalty.",
@@ -41,13 +41,13 @@ def client(smollm2, tmp_path):
 def test_the_consumer_finds_what_its_producer_computed_ahead(client, smollm2):
     p = plan([FILTER, CLASSIFY])
     inputs = [(TEXTS, list(range(len(TEXTS))))]
-    job, _ = client.submit(Identity("news", "sport", "run1"), FILTER, p["sport"], Reuse(), inputs, plan=p)
+    job, _ = client.submit(Origin("news", "sport", "run1"), FILTER, p["sport"], Reuse(), inputs, plan=p)
     status = client.wait(job, poll=0.05)
     passed = client.fetch(job).column("passed").to_pylist()
     kept = [(t, i) for i, (t, ok) in enumerate(zip(TEXTS, passed)) if ok]
     assert status["ahead"]["kind"]["rows"] == len(kept) and kept
     rows = [([t for t, _ in kept], list(range(len(kept))))]  # the classify reads the filter's output
-    job2, _ = client.submit(Identity("news", "kind", "run1"), CLASSIFY, p["kind"], Reuse(), rows, plan=p)
+    job2, _ = client.submit(Origin("news", "kind", "run1"), CLASSIFY, p["kind"], Reuse(), rows, plan=p)
     s = client.wait(job2, poll=0.05)["stats"]
     assert s["tokens_computed"] == 0 and s["tokens_reused"]["store"] == s["tokens_naive"] > 0
     alone = Session(smollm2, PhysicalSettings(arena_pages=256, max_batch_tokens=512))
@@ -60,7 +60,7 @@ def test_the_consumer_finds_what_its_producer_computed_ahead(client, smollm2):
 
 def test_a_job_that_keeps_no_answers_computes_nothing_ahead(client):
     p = plan([FILTER, CLASSIFY])
-    job, _ = client.submit(Identity("news", "sport", "run2"), FILTER, p["sport"], Reuse(store=False),
+    job, _ = client.submit(Origin("news", "sport", "run2"), FILTER, p["sport"], Reuse(store=False),
                            [(TEXTS, list(range(len(TEXTS))))], plan=p)
     assert client.wait(job, poll=0.05)["ahead"] == {}
 
@@ -72,7 +72,7 @@ def test_a_window_larger_than_the_arena_is_computed_in_parts_that_its_consumer_f
     texts = [" ".join(words[(i + k) % len(words)] for k in range(30 + i % 7)) + f" {i}" for i in range(120)]
     spec = OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=0.0)
     p = plan([spec, CLASSIFY])
-    job, _ = client.submit(Identity("news", "sport", "big"), spec, p["sport"], Reuse(),
+    job, _ = client.submit(Origin("news", "sport", "big"), spec, p["sport"], Reuse(),
                            [(texts, list(range(len(texts))))], plan=p)
     ahead = client.wait(job, poll=0.05)["ahead"]["kind"]
     assert ahead["rows"] == len(texts)

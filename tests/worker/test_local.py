@@ -65,7 +65,7 @@ def test_a_local_worker_whose_model_changed_in_place_is_replaced_before_it_answe
     from quail.reuse import Reuse
     from quail.session import Session
     from quail.worker.client import WorkerClient, WorkerLost
-    from quail.worker.jobs import Identity
+    from quail.worker.jobs import Origin
     from quail.worker.local import ensure_local_worker, stop_local_workers
     from tests.edits import copy_model, scale_tensor_in_place
 
@@ -75,7 +75,7 @@ def test_a_local_worker_whose_model_changed_in_place_is_replaced_before_it_answe
     spec = OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=0.0)
 
     def answers(client: WorkerClient, run: str) -> list[float]:
-        job, _ = client.submit(Identity("news", "sport", run), spec, plan([spec])["sport"], Reuse(),
+        job, _ = client.submit(Origin("news", "sport", run), spec, plan([spec])["sport"], Reuse(),
                                [(texts, list(range(len(texts))))])
         assert client.wait(job, poll=0.05)["state"] == "done"
         return client.fetch(job).column("p_yes_1").to_pylist()

@@ -14,7 +14,7 @@ from quail.session import Session
 from quail.specs import OperatorSpec
 from quail.store.sqlite import SqliteStore
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.metrics import Metrics
 from quail.worker.routing import Route
 from quail.worker.server import Worker
@@ -68,7 +68,7 @@ def test_counters_equal_the_jobs_accounting(served):
     statuses = []
     for run in ("r1", "r2"):  # the second run finds every answer stored
         for spec in SPECS:  # the classify reuses the KV the filter retained for it
-            job, _ = client.submit(Identity("news", spec.name, run), spec, p[spec.name], Reuse(), INPUTS)
+            job, _ = client.submit(Origin("news", spec.name, run), spec, p[spec.name], Reuse(), INPUTS)
             statuses.append(client.wait(job, poll=0.05))
         client.route = None
     assert [s["state"] for s in statuses] == ["done"] * 4
@@ -117,7 +117,7 @@ def test_a_failed_job_counts_its_end_and_no_tokens(served, monkeypatch):
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(runner, "run", lost)
-    job, _ = client.submit(Identity("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), INPUTS)
+    job, _ = client.submit(Origin("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), INPUTS)
     assert client.wait(job, poll=0.05)["state"] == "failed"
     m = scrape(worker.metrics.port)
     assert total(m, "quail_jobs_ended_total", state="failed") == 1

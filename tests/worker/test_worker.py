@@ -14,7 +14,7 @@ from quail.specs import OperatorSpec
 from quail.reuse import Reuse
 from quail.session import Session
 from quail.worker.client import WorkerClient
-from quail.worker.jobs import Identity, job_ref
+from quail.worker.jobs import Origin, job_ref
 from quail.worker.server import Worker
 
 TEXTS = ["The striker scored twice in the derby.", "Rates rose again.", "The keeper saved a penalty.",
@@ -44,14 +44,14 @@ def test_jobs_match_local_compute_and_retention_crosses_jobs(worker, smollm2):
     server, location = worker
     client = WorkerClient(location, token="s3cret")
     p = plan(SPECS)
-    run = Identity("news", "sport", "run1")
+    run = Origin("news", "sport", "run1")
     job, attached = client.submit(run, SPECS[0], p["sport"], Reuse(), _inputs())
     assert not attached
     assert client.wait(job, poll=0.05)["state"] == "done"
     answers = client.fetch(job)
     again, attached = client.submit(run, SPECS[0], p["sport"], Reuse(), _inputs())  # an Airflow retry
     assert again == job and attached
-    second = Identity("news", "kind", "run1")
+    second = Origin("news", "kind", "run1")
     job2, _ = client.submit(second, SPECS[1], p["kind"], Reuse(), _inputs())
     status = client.wait(job2, poll=0.05)
     assert status["stats"]["tokens_reused"]["retention"] > 0  # the filter's KV, kept for this task
@@ -69,8 +69,8 @@ def test_runs_are_isolated_and_status_lists_jobs(worker):
     _, location = worker
     client = WorkerClient(location, token="s3cret")
     p = plan(SPECS)
-    a, _ = client.submit(Identity("news", "sport", "run1"), SPECS[0], p["sport"], Reuse(), _inputs())
-    b, attached = client.submit(Identity("news", "sport", "run2"), SPECS[0], p["sport"], Reuse(), _inputs())
+    a, _ = client.submit(Origin("news", "sport", "run1"), SPECS[0], p["sport"], Reuse(), _inputs())
+    b, attached = client.submit(Origin("news", "sport", "run2"), SPECS[0], p["sport"], Reuse(), _inputs())
     assert a != b and not attached
     client.wait(b, poll=0.05)
     assert {s["ref"] for s in client.status()} >= {job_ref(a), job_ref(b)}
@@ -124,7 +124,7 @@ def test_a_failed_job_reports_its_error(worker):
     client = WorkerClient(location, token="s3cret")
     spec = OperatorSpec("f", "filter", ("t",), ("text",), ("Q?",))
     long_text = ["word " * 9000]
-    job, _ = client.submit(Identity("d", "f", "r"), spec, plan([spec])["f"], Reuse(), [(long_text, [7])])
+    job, _ = client.submit(Origin("d", "f", "r"), spec, plan([spec])["f"], Reuse(), [(long_text, [7])])
     status = client.wait(job, poll=0.05)
     assert status["state"] == "failed" and "row 7" in status["error"]
     with pytest.raises(QuailError, match="failed"):
@@ -159,7 +159,7 @@ def test_quail_worker_serve_and_status_as_processes(tmp_path):
             assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
             time.sleep(0.2)
         client = WorkerClient(f"grpc+unix://{sock}", token="t0k")
-        job, _ = client.submit(Identity("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
+        job, _ = client.submit(Origin("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
         stats = client.wait(job, poll=0.1)["stats"]
         metrics = scrape(port)
         assert total(metrics, "quail_tokens_computed_total", dag="news") == stats["tokens_computed"] > 0
@@ -192,11 +192,11 @@ def test_a_job_that_breaks_halfway_frees_its_pages_and_the_next_one_runs(worker,
 
     monkeypatch.setattr(runner, "run", breaks_on_the_second_pass)
     spec = OperatorSpec("f", "filter", ("t",), ("text",), ("Sport?", "A goal?"), threshold=0.0)
-    job, _ = client.submit(Identity("d", "f", "r1"), spec, plan([spec])["f"], Reuse(), _inputs())
+    job, _ = client.submit(Origin("d", "f", "r1"), spec, plan([spec])["f"], Reuse(), _inputs())
     status = client.wait(job, poll=0.05)
     assert status["state"] == "failed" and "device lost" in status["error"]
     assert engine.free_pages == engine.settings.arena_pages
-    job, _ = client.submit(Identity("d", "f", "r2"), spec, plan([spec])["f"], Reuse(), _inputs())
+    job, _ = client.submit(Origin("d", "f", "r2"), spec, plan([spec])["f"], Reuse(), _inputs())
     assert client.wait(job, poll=0.05)["state"] == "done"
     assert engine.free_pages == engine.settings.arena_pages
 
@@ -207,7 +207,7 @@ def test_concurrent_jobs_share_forward_passes(worker):
     p = plan(SPECS)
     texts = [f"{t} Report {i}." for i in range(12) for t in TEXTS]
     inputs = [(texts, list(range(len(texts))))]
-    jobs = [client.submit(Identity("news", "sport", run), SPECS[0], p["sport"], Reuse(), inputs)[0]
+    jobs = [client.submit(Origin("news", "sport", run), SPECS[0], p["sport"], Reuse(), inputs)[0]
             for run in ("run1", "run2")]
     done = [client.wait(job, poll=0.05) for job in jobs]
     assert [s["state"] for s in done] == ["done", "done"]
@@ -221,8 +221,8 @@ def test_cancelling_a_running_job_stops_it_and_frees_its_pages(worker):
     server, location = worker
     client = WorkerClient(location, token="s3cret")
     texts = [f"{t} Report {i}." for i in range(60) for t in TEXTS]
-    identity = Identity("news", "sport", "run1")
-    job, _ = client.submit(identity, SPECS[0], plan(SPECS)["sport"], Reuse(), [(texts, list(range(len(texts))))])
+    origin = Origin("news", "sport", "run1")
+    job, _ = client.submit(origin, SPECS[0], plan(SPECS)["sport"], Reuse(), [(texts, list(range(len(texts))))])
     while (s := client.status(job))["rows_done"] == 0:
         assert s["state"] in ("queued", "running")
     client.cancel(job)
@@ -231,7 +231,7 @@ def test_cancelling_a_running_job_stops_it_and_frees_its_pages(worker):
     engine = server.session.engine
     engine.scheduler.call(engine.pool.clear)  # what the filter kept for the classify
     assert engine.free_pages == engine.settings.arena_pages
-    again, attached = client.submit(identity, SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
+    again, attached = client.submit(origin, SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
     assert again != job and not attached  # a retry after a cancel computes anew
     assert client.wait(again, poll=0.05)["state"] == "done"
 
@@ -241,51 +241,51 @@ def test_a_rerun_on_changed_input_is_a_new_job_and_cancels_the_stale_one_it_name
     cancels the old job by its id, which the task kept in its staging folder."""
     _, location = worker
     client = WorkerClient(location, token="s3cret")
-    identity, p = Identity("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
+    origin, p = Origin("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
     many = [f"{t} Report {i}." for i in range(60) for t in TEXTS]
-    old, _ = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
-    new, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs(), replaces=old)
+    old, _ = client.submit(origin, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
+    new, attached = client.submit(origin, SPECS[0], p["sport"], Reuse(), _inputs(), replaces=old)
     assert new != old and not attached
     assert client.wait(old, poll=0.05)["state"] == "cancelled"
     status = client.wait(new, poll=0.05)
     assert status["state"] == "done" and status["rows"] == len(TEXTS)
     assert client.fetch(new).column("row").to_pylist() == list(range(len(TEXTS)))
-    again, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs())
+    again, attached = client.submit(origin, SPECS[0], p["sport"], Reuse(), _inputs())
     assert again == new and attached  # the same content still re-attaches
 
 
 def test_a_resubmission_with_other_content_cannot_cancel_a_job_without_its_id(worker):
     """Probe 7: any token holder could cancel another task's running job by resubmitting its
-    predictable identity with other documents. Without the job's id, both jobs now run."""
+    predictable origin with other documents. Without the job's id, both jobs now run."""
     _, location = worker
     client = WorkerClient(location, token="s3cret")
-    identity, p = Identity("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
+    origin, p = Origin("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
     many = [f"{t} Report {i}." for i in range(60) for t in TEXTS]
-    victim, _ = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
+    victim, _ = client.submit(origin, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
     for replaces in (None, "0" * 32):
-        other, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), [([f"x {replaces}"], [0])],
+        other, attached = client.submit(origin, SPECS[0], p["sport"], Reuse(), [([f"x {replaces}"], [0])],
                                         replaces=replaces)
         assert other != victim and not attached
         assert client.wait(other, poll=0.05)["state"] == "done"
     status = client.wait(victim, poll=0.05)
     assert status["state"] == "done" and status["rows_done"] == len(many)
-    again, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
+    again, attached = client.submit(origin, SPECS[0], p["sport"], Reuse(), [(many, list(range(len(many))))])
     assert again == victim and attached  # the victim's retry still finds its own job
 
 
-def test_a_submission_for_the_same_identity_with_other_content_is_never_attached(worker):
+def test_a_submission_for_the_same_origin_with_other_content_is_never_attached(worker):
     """Someone who pre-submits for a predictable run id cannot hand the real task their answers:
     another spec, plan, reuse switch or document each makes another job."""
     _, location = worker
     client = WorkerClient(location, token="s3cret")
-    identity, p = Identity("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
+    origin, p = Origin("news", "sport", "scheduled__2026-12-01"), plan(SPECS)
     stricter = OperatorSpec("sport", "filter", ("news",), ("text",), ("Is this about sport?",), threshold=1.0)
     variants = [(stricter, p["sport"], Reuse(), _inputs()),
                 (SPECS[0], p["sport"], Reuse.none(), _inputs()),
                 (SPECS[0], p["sport"], Reuse(), [(TEXTS[:-1] + ["Rates fell."], list(range(len(TEXTS))))]),
                 (SPECS[0], p["sport"], Reuse(), [(TEXTS, list(range(1, len(TEXTS) + 1)))])]
-    planted = [client.submit(identity, *v)[0] for v in variants]
-    real, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), _inputs())
+    planted = [client.submit(origin, *v)[0] for v in variants]
+    real, attached = client.submit(origin, SPECS[0], p["sport"], Reuse(), _inputs())
     assert not attached and real not in planted
     assert client.wait(real, poll=0.05)["state"] == "done"
     assert client.fetch(real).column("passed").to_pylist() == [True] * len(TEXTS)  # threshold 0, not 1
@@ -294,13 +294,13 @@ def test_a_submission_for_the_same_identity_with_other_content_is_never_attached
 def test_concurrent_submissions_share_a_job_only_when_their_content_is_equal(worker):
     _, location = worker
     client = WorkerClient(location, token="s3cret")
-    identity, p = Identity("news", "sport", "r1"), plan(SPECS)
+    origin, p = Origin("news", "sport", "r1"), plan(SPECS)
     a = [(TEXTS[:2], [0, 1])]
     b = [(TEXTS[2:], [0, 1, 2])]
     results = {}
 
     def submit(name, inputs):
-        results[name] = client.submit(identity, SPECS[0], p["sport"], Reuse(), inputs)
+        results[name] = client.submit(origin, SPECS[0], p["sport"], Reuse(), inputs)
 
     import threading
 
@@ -310,7 +310,7 @@ def test_concurrent_submissions_share_a_job_only_when_their_content_is_equal(wor
     for t in threads:
         t.join()
     assert results["a1"][0] == results["a2"][0] and results["a1"][1] != results["a2"][1]
-    job_b, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), b)
+    job_b, attached = client.submit(origin, SPECS[0], p["sport"], Reuse(), b)
     assert job_b != results["a1"][0] and not attached
     status = client.wait(job_b, poll=0.05)
     assert status["rows"] == 3 and client.fetch(job_b).num_rows == 3  # B's 3 documents, not A's 2
@@ -319,7 +319,7 @@ def test_concurrent_submissions_share_a_job_only_when_their_content_is_equal(wor
 def test_an_ended_job_keeps_its_answers_but_not_its_documents(worker):
     server, location = worker
     client = WorkerClient(location, token="s3cret")
-    job, _ = client.submit(Identity("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
+    job, _ = client.submit(Origin("news", "sport", "r1"), SPECS[0], plan(SPECS)["sport"], Reuse(), _inputs())
     status = client.wait(job, poll=0.05)
     assert status["rows"] == len(TEXTS) and client.fetch(job).num_rows == len(TEXTS)
     assert server.jobs[job].inputs == []  # memory follows the windows in flight, not every table seen
@@ -331,7 +331,7 @@ def test_a_job_reports_the_plans_prediction_beside_its_accounting(worker):
     p = plan(SPECS)
     done = {}
     for spec in SPECS:
-        job, _ = client.submit(Identity("news", spec.name, "r1"), spec, p[spec.name], Reuse(), _inputs(), plan=p)
+        job, _ = client.submit(Origin("news", spec.name, "r1"), spec, p[spec.name], Reuse(), _inputs(), plan=p)
         done[spec.name] = client.wait(job, poll=0.05)
     for s in done.values():  # one predicate, one question: every document is asked once, as predicted
         assert s["predicted"]["tokens_naive"] == s["stats"]["tokens_naive"] > 0
@@ -339,7 +339,7 @@ def test_a_job_reports_the_plans_prediction_beside_its_accounting(worker):
                s["predicted"]["tokens_naive"]
     assert done["kind"]["predicted"]["tokens_reused"]["retention"] > 0  # the plan keeps the filter's KV for it
     # without the plan, the entry is predicted alone: nothing upstream to keep KV for it
-    job, _ = client.submit(Identity("news", "kind", "r2"), SPECS[1], p["kind"], Reuse(), _inputs())
+    job, _ = client.submit(Origin("news", "kind", "r2"), SPECS[1], p["kind"], Reuse(), _inputs())
     assert client.wait(job, poll=0.05)["predicted"]["tokens_reused"]["retention"] == 0
 
 
@@ -354,9 +354,9 @@ def test_a_default_window_of_long_documents_submits_at_once_and_runs(worker):
     client = WorkerClient(location, token="s3cret")
     words = ("the home side won the match after a late goal in the second half " * 54).split()[:800]
     texts = [f"{i} " + " ".join(words) for i in range(DEFAULT_WINDOW_ROWS)]
-    identity, p = Identity("news", "sport", "long"), plan(SPECS)
+    origin, p = Origin("news", "sport", "long"), plan(SPECS)
     started = time.monotonic()
-    job, attached = client.submit(identity, SPECS[0], p["sport"], Reuse(), [(texts, list(range(len(texts))))])
+    job, attached = client.submit(origin, SPECS[0], p["sport"], Reuse(), [(texts, list(range(len(texts))))])
     assert not attached and time.monotonic() - started < client.timeout / 2
     deadline = time.monotonic() + 300
     while (s := client.status(job))["rows_done"] == 0:

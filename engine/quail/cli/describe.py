@@ -21,8 +21,8 @@ def describe_worker(info: dict) -> str:
 def describe_job(job: dict) -> str:
     """One job of the worker's `status`: whose it is, how far it got, and its window's place in the table."""
     stats = job["stats"] or {}
-    return (f"{job['ref'][:12]}  {job['identity']['dag_id']}/{job['identity']['run_id']}/"
-            f"{job['identity']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "
+    return (f"{job['ref'][:12]}  {job['origin']['dag_id']}/{job['origin']['run_id']}/"
+            f"{job['origin']['task_id']}  {job['state']:<9} {job['rows_done']}/{job['rows']} rows  "
             f"{job['tokens_per_second']:,.0f} tok/s  "
             f"computed {stats.get('tokens_computed', job['tokens_computed']):,}" + whole_table(job))
 

@@ -16,7 +16,7 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.trust import owned_file
-from quail.worker.jobs import ENDED, Identity, Span, Submission
+from quail.worker.jobs import ENDED, Origin, Span, Submission
 from quail.worker.locations import check_location, is_tls, socket_path, tls_options
 from quail.worker.protocol import BUSY, MODEL_CHANGED, UNKNOWN_JOB, documents_table, submit_command
 from quail.worker.routing import Route
@@ -46,8 +46,8 @@ INFO: Shape = {"model": str, "identity": str, "current": bool, "arena_pages": in
                "retained_pages": int, "queued_tokens": int, "active_jobs": int, "device": str, "dtype": str,
                "weights_loaded": bool, "attention": str, "attention_why": str, "max_batch_tokens": int,
                "page_size": int, "cascade_models": list, "memory": (dict, type(None))}
-STATUS: Shape = {"job": str, "state": str, "rows": int, "rows_done": int, "tokens_computed": int, "identity": dict}
-LISTING: Shape = {"ref": str, "state": str, "rows": int, "rows_done": int, "identity": dict}
+STATUS: Shape = {"job": str, "state": str, "rows": int, "rows_done": int, "tokens_computed": int, "origin": dict}
+LISTING: Shape = {"ref": str, "state": str, "rows": int, "rows_done": int, "origin": dict}
 
 
 def backoff(seconds: float) -> Iterator[float]:
@@ -145,16 +145,16 @@ class WorkerClient:
             raise WorkerLost(f"what answers at {self.location} replied to {name!r} as no Quail worker does")
         return doc
 
-    def submit(self, identity: Identity, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
+    def submit(self, origin: Origin, spec: OperatorSpec, op: OperatorPlan, reuse: Reuse,
                inputs: list[tuple[list[str], list[int]]], window: Span = Span(),
                plan: Plan | None = None, replaces: str | None = None, predict_only: bool = False) -> tuple[str, bool]:
-        """Returns the job id, and whether it attached to a job this identity submitted before.
+        """Returns the job id, and whether it attached to a job this origin submitted before.
         `plan`: the whole plan `op` belongs to, for the predicted accounting; `replaces`: this
-        identity's earlier job, cancelled if this one computes something else; `predict_only`: the
+        origin's earlier job, cancelled if this one computes something else; `predict_only`: the
         job predicts its accounting (its status's `predicted`) and computes nothing. The documents
         travel in batches of SUBMIT_BATCH_ROWS."""
         table = documents_table(inputs)
-        command = submit_command(Submission(identity, spec, op, reuse, window, plan, replaces, predict_only,
+        command = submit_command(Submission(origin, spec, op, reuse, window, plan, replaces, predict_only,
                                             self.route.routed if self.route else None))
         descriptor = flight.FlightDescriptor.for_command(command)
 

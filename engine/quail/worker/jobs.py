@@ -1,4 +1,4 @@
-"""Jobs on the worker: an operator's documents, its plan entry and who asked (the identity)."""
+"""Jobs on the worker: an operator's documents, its plan entry and who asked (its origin)."""
 
 import hashlib
 import secrets
@@ -36,7 +36,7 @@ def job_ref(job_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class Identity:
+class Origin:
     """Which task asked; never the try number, so an Airflow retry re-attaches to its job."""
 
     dag_id: str
@@ -73,13 +73,13 @@ class Span:
 class Submission:
     """What a task asks of the worker, less the documents."""
 
-    identity: Identity
+    origin: Origin
     spec: OperatorSpec
     op: OperatorPlan  # the operator's plan entry: how it computes
     reuse: Reuse
     window: Span = Span()
     plan: Plan | None = None  # the plan the entry belongs to; None: the operator was planned alone
-    replaces: str | None = None  # the id of this identity's earlier job, which the submitter may cancel
+    replaces: str | None = None  # the id of this origin's earlier job, which the submitter may cancel
     predict_only: bool = False  # the job's predicted accounting only, for a budget checked before any computing
     routed: Routed | None = None  # how the task chose this worker among several (None: it had one): for metrics
 
@@ -123,8 +123,8 @@ class Job:
         self.docs, self.document_tokens = docs, sum(map(len, docs))
 
     @property
-    def identity(self) -> Identity:
-        return self.submission.identity
+    def origin(self) -> Origin:
+        return self.submission.origin
 
     @property
     def spec(self) -> OperatorSpec:
@@ -167,7 +167,7 @@ class Job:
         rate = self.rows_done / running if running else 0.0
         w = self.window
         left = None if w.table_rows is None else w.table_rows - w.first_row - self.rows_done
-        return {"job": self.id, "identity": asdict(self.identity), "operator": self.spec.name, "kind": self.spec.kind,
+        return {"job": self.id, "origin": asdict(self.origin), "operator": self.spec.name, "kind": self.spec.kind,
                 "content": self.content, "documents": self.documents, "model": self.model,
                 "state": self.state, "rows": self.rows, "rows_done": self.rows_done,
                 "tokens_computed": self.tokens_computed,

@@ -108,12 +108,12 @@ class Metrics:
         self.registry.register(_Live(worker, self))
 
     def submitted(self, job: "Job") -> None:
-        self.jobs_submitted.labels(*self._dag(job.identity.dag_id), job.submission.routed or DIRECT).inc()
+        self.jobs_submitted.labels(*self._dag(job.origin.dag_id), job.submission.routed or DIRECT).inc()
 
     def ended(self, job: "Job") -> None:
         """A job's accounting, added once as it ends (a done job's stats; a failed or cancelled one's
         counts only its end and times)."""
-        dag = self._dag(job.identity.dag_id)
+        dag = self._dag(job.origin.dag_id)
         self.jobs_ended.labels(*dag, str(job.state)).inc()
         if job.started is not None:
             self.queue_wait.labels(*dag).observe(job.queued_seconds)

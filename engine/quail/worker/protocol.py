@@ -1,16 +1,16 @@
 """What travels between operators and the worker over Arrow Flight: JSON commands and Arrow
 tables, never pickle.
 
-submit (do_put): the descriptor's command is JSON {identity, spec, operator_plan, reuse, window,
+submit (do_put): the descriptor's command is JSON {origin, spec, operator_plan, reuse, window,
 plan, replaces, predict_only} (predict_only: the job's prediction, nothing computed):
 operator_plan is the operator's entry, plan the whole plan it belongs to, from which the worker predicts
 the job's accounting (predicted vs actual). The table has one row per document: input (0, or 1 for
 a join's right side), row (the input row number), text.
 The worker answers with JSON {job, attached} in the put's metadata.
 
-A job is matched by its identity *and* its content (`content_digest`): the spec, the plan entry and
+A job is matched by its origin *and* its content (`content_digest`): the spec, the plan entry and
 the plan, the reuse switches, the worker's model and the documents. A retry with the same content
-re-attaches; the same identity with other content (a cleared task whose input changed, or someone
+re-attaches; the same origin with other content (a cleared task whose input changed, or someone
 else's submission for a predictable run id) is a new job, beside the earlier one. It cancels the
 earlier one only if it names it in `replaces`: only its submitter knows its id.
 """
@@ -19,16 +19,17 @@ import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from typing import Annotated
 
 import pyarrow as pa
-from pydantic import TypeAdapter, ValidationError
+from pydantic import AliasChoices, Field, TypeAdapter, ValidationError
 
 from quail.errors import QuailError
 from quail.kinds import KINDS
 from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
-from quail.worker.jobs import Identity, Span, Submission
+from quail.worker.jobs import Origin, Span, Submission
 from quail.worker.routing import Routed
 
 DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.string())])
@@ -36,7 +37,7 @@ DOCUMENTS = pa.schema([("input", pa.int8()), ("row", pa.int64()), ("text", pa.st
 
 def submit_command(submission: Submission) -> bytes:
     sub = submission
-    return json.dumps({"identity": asdict(sub.identity), "spec": sub.spec.to_dict(),
+    return json.dumps({"origin": asdict(sub.origin), "spec": sub.spec.to_dict(),
                        "operator_plan": asdict(sub.op), "reuse": asdict(sub.reuse), "window": asdict(sub.window),
                        "plan": sub.plan.to_dict() if sub.plan else None, "replaces": sub.replaces,
                        "predict_only": sub.predict_only, "routed": sub.routed}).encode()
@@ -75,7 +76,8 @@ class _Command:
     """The submit command as it travels, validated field by field (strict types; a missing or an
     unknown key is refused) before anything is stored or computed."""
 
-    identity: Identity
+    # "identity": its name before 2026-12, sent by an operator older than its worker
+    origin: Annotated[Origin, Field(validation_alias=AliasChoices("origin", "identity"))]
     spec: OperatorSpec
     operator_plan: OperatorPlan  # the operator's entry of plan
     reuse: Reuse
@@ -101,9 +103,9 @@ def parse_submit(command: bytes) -> Submission:
         first = e.errors()[0]
         where = ".".join(map(str, first["loc"])) or "the command"
         raise QuailError(f"a malformed job submission: {where}: {first['msg']}") from None
-    w, i = c.window, c.identity
+    w, i = c.window, c.origin
     if w.first_row < 0 or (w.table_rows is not None and w.table_rows < 0) or i.map_index < -1 or i.window < -1:
-        raise QuailError(f"a malformed job submission: window {w} or identity {i} holds a negative row or index")
+        raise QuailError(f"a malformed job submission: window {w} or origin {i} holds a negative row or index")
     submission = Submission(i, c.spec, c.operator_plan, c.reuse, w, c.plan, c.replaces, c.predict_only, c.routed)
     try:
         _ = submission.whole_plan  # the entry must belong to the plan

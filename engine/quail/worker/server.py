@@ -167,7 +167,7 @@ class Worker(flight.FlightServerBase):
         self.stale = False  # its model's files changed since they were loaded: it stops
         self.ttl = ttl
         self.jobs: dict[str, Job] = {}
-        self.by_identity: dict[str, list[str]] = {}  # an identity's jobs: a resubmission with other content adds one
+        self.by_origin: dict[str, list[str]] = {}  # an origin's jobs: a resubmission with other content adds one
         self.lock = threading.Lock()
         self.runners = ThreadPoolExecutor(max_jobs, thread_name_prefix="quail-job")
         self.max_queued = max_queued
@@ -232,21 +232,21 @@ class Worker(flight.FlightServerBase):
         inputs = split_documents(reader.read_all(), KINDS[submission.spec.kind].arity)
         documents = documents_digest(inputs)
         content = content_digest(submission, self.model, documents)
-        key = submission.identity.key
+        key = submission.origin.key
         with self.lock:  # answered at once: the documents are tokenized by the job, not here
             self._expire()
-            same = [self.jobs[i] for i in self.by_identity.get(key, []) if i in self.jobs]
+            same = [self.jobs[i] for i in self.by_origin.get(key, []) if i in self.jobs]
             live = (j for j in same if j.content == content and j.state not in (JobState.FAILED, JobState.CANCELLED))
             job = next(live, None)
             attached = job is not None
             if job is None:
-                self._admit(submission.identity.dag_id)
+                self._admit(submission.origin.dag_id)
                 for earlier in same:  # only its submitter knows its id (worker/protocol.py)
                     if earlier.id == submission.replaces:
                         self._cancel(earlier)
                 job = Job(submission, inputs, content, documents, self.model)
                 self.jobs[job.id] = job
-                self.by_identity.setdefault(key, []).append(job.id)
+                self.by_origin.setdefault(key, []).append(job.id)
                 self.runners.submit(self._run, job)
                 if self.metrics is not None:
                     self.metrics.submitted(job)
@@ -257,7 +257,7 @@ class Worker(flight.FlightServerBase):
         unfinished jobs, and all of them together four times that, so no submitter queues hours of
         work ahead of everyone else. The client waits and submits again (worker/client.py)."""
         unfinished = [j for j in self.jobs.values() if not j.ended]
-        mine = sum(j.submission.identity.dag_id == dag_id for j in unfinished)
+        mine = sum(j.submission.origin.dag_id == dag_id for j in unfinished)
         if mine >= self.max_queued or len(unfinished) >= 4 * self.max_queued:
             whose = f"of DAG {dag_id!r} " if mine >= self.max_queued else ""
             raise flight.FlightServerError(f"the worker holds {max(mine, len(unfinished))} unfinished jobs {whose}"
@@ -337,7 +337,7 @@ class Worker(flight.FlightServerBase):
             texts, rows = consumer_input(sub.spec, results, inputs)
             try:
                 done = compute(self.session, c, sub.whole_plan[c.name], sub.reuse, [(texts, rows)],
-                               scope=sub.identity.scope)[1] if texts else None
+                               scope=sub.origin.scope)[1] if texts else None
                 seen = job.ahead.setdefault(c.name, dict.fromkeys(AHEAD, 0))
                 seen["rows"] += len(texts)
                 if done is not None:
@@ -371,11 +371,11 @@ class Worker(flight.FlightServerBase):
         now = time.time()
         for job in [j for j in self.jobs.values() if j.finished and now - j.finished > self.ttl]:
             del self.jobs[job.id]
-            ids = self.by_identity.get(job.identity.key, [])
+            ids = self.by_origin.get(job.origin.key, [])
             if job.id in ids:
                 ids.remove(job.id)
             if not ids:
-                self.by_identity.pop(job.identity.key, None)
+                self.by_origin.pop(job.origin.key, None)
 
     def _run(self, job: Job) -> None:
         with self.lock:
@@ -413,7 +413,7 @@ class Worker(flight.FlightServerBase):
             for lo, hi in cuts:
                 inputs = [(job.inputs[0][0][lo:hi], job.inputs[0][1][lo:hi]), *job.inputs[1:]]
                 done = compute_window(self.session, sub.whole_plan, sub.spec, sub.op, sub.reuse, inputs,
-                                      progress=progress, scope=sub.identity.scope)
+                                      progress=progress, scope=sub.origin.scope)
                 predicted.add(done.escalated)
                 self._ahead(job, ahead, done.results, inputs)
                 tables.append(done.results)
@@ -434,7 +434,7 @@ class Worker(flight.FlightServerBase):
             job.error, job.state = f"{type(e).__name__}: {e}", JobState.FAILED
         finally:
             if job.window.last and not job.submission.predict_only:
-                self.session.engine.consumed(job.identity.scope + job.spec.name)
+                self.session.engine.consumed(job.origin.scope + job.spec.name)
             job.release_inputs()
             job.finished = time.time()
             self._ended(job)

@@ -12,7 +12,7 @@ from airflow_quail.hooks.quail import QuailHook
 from quail.planner.plan import plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
-from quail.worker.jobs import Identity
+from quail.worker.jobs import Origin
 from quail.worker.liveness import holder
 
 TEXTS = ["The striker scored twice.", "Rates rose again.", "The keeper saved a penalty."]
@@ -22,7 +22,7 @@ SPECS = [OperatorSpec("sport", "filter", ("t",), ("text",), ("Is this about spor
 
 def _run(client, task, run_id):
     spec = SPECS[[s.name for s in SPECS].index(task)]
-    job, _ = client.submit(Identity("d", task, run_id), spec, plan(SPECS)[task], Reuse(),
+    job, _ = client.submit(Origin("d", task, run_id), spec, plan(SPECS)[task], Reuse(),
                            [(TEXTS, list(range(len(TEXTS))))])
     status = client.wait(job, poll=0.1)
     assert status["state"] == "done", status

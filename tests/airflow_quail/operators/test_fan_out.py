@@ -35,8 +35,8 @@ def test_a_tasks_windows_run_on_every_worker_once_and_in_order(pool, tmp_path):
     assert spread["windows"] == alone["windows"] == 4
     assert spread["workers"] == dict.fromkeys(locations, 2)  # 4 windows over 2 workers
     assert alone["workers"] == {locations[0]: 4}
-    jobs = [j for s in servers for j in s.jobs.values() if j.submission.identity.task_id == "spread"]
-    assert sorted(j.submission.identity.window for j in jobs) == [0, 1, 2, 3]  # each window once
+    jobs = [j for s in servers for j in s.jobs.values() if j.submission.origin.task_id == "spread"]
+    assert sorted(j.submission.origin.window for j in jobs) == [0, 1, 2, 3]  # each window once
     a, b = pq.read_table(tmp_path / "spread.parquet"), pq.read_table(tmp_path / "alone.parquet")
     assert a.column("id").to_pylist() == list(range(len(TEXTS))) and a.column("label") == b.column("label")
     assert all(abs(x - y) < 1e-4 for x, y in zip(a.column("p_sport").to_pylist(), b.column("p_sport").to_pylist()))

@@ -1,5 +1,5 @@
 """The operators: templated fields; a task killed mid-job and retried re-attaches to its job on the
-worker (the identity has no try number); a cleared task re-run on changed input computes it anew;
+worker (the origin has no try number); a cleared task re-run on changed input computes it anew;
 windows are staged and a retry resumes after the first unstaged one; the output is written once."""
 
 import json
@@ -43,7 +43,7 @@ def test_a_killed_task_retries_into_the_same_job(local_default, tmp_path):
     first.join()
     assert not os.path.exists(target)
     manifest = _operator(target).execute(_context(2))
-    [job] = client.status()  # one job for this identity: the retry attached to it
+    [job] = client.status()  # one job for this origin: the retry attached to it
     assert job["state"] == "done"
     assert manifest["rows_out"] == pq.read_table(target).num_rows
     assert manifest["stats"] == job["stats"]
@@ -142,10 +142,10 @@ def test_a_task_whose_worker_died_goes_on_within_its_try(local_default, tmp_path
                            predicates=["Is this about sport?"], window_rows=4)
     put, staged, submit, killed, ids = WindowStage.put, [], WorkerClient.submit, [], []
 
-    def submit_then_kill_the_worker(self, identity, *args, **kwargs):
-        job = submit(self, identity, *args, **kwargs)
+    def submit_then_kill_the_worker(self, origin, *args, **kwargs):
+        job = submit(self, origin, *args, **kwargs)
         ids.append(job[0])
-        if identity.window == 1 and not killed:
+        if origin.window == 1 and not killed:
             [pid] = local_default.glob("*.pid")
             os.kill(killed.append(int(pid.read_text())) or killed[0], signal.SIGKILL)
         return job
@@ -159,8 +159,8 @@ def test_a_task_whose_worker_died_goes_on_within_its_try(local_default, tmp_path
     [pid] = local_default.glob("*.pid")
     assert int(pid.read_text()) != killed[0]  # a new worker
     jobs = QuailHook().get_conn().status()  # the new worker computed the second and third windows
-    assert sorted(j["identity"]["window"] for j in jobs) == [1, 2] and staged == [0, 1, 2]
-    [last] = [j for j in jobs if j["identity"]["window"] == 2]
+    assert sorted(j["origin"]["window"] for j in jobs) == [1, 2] and staged == [0, 1, 2]
+    [last] = [j for j in jobs if j["origin"]["window"] == 2]
     assert (last["first_row"], last["table_rows"]) == (8, 12)  # where it stands in the whole table
     assert "table: 12/12 rows (100%)" in whole_table(last)
     out = pq.read_table(target)

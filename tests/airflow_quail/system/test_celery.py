@@ -66,8 +66,8 @@ def test_two_runs_under_the_celery_executor_keep_each_run_on_one_quail_worker(ai
     for task in QUEUES:  # each Celery worker ran its queue's task of both runs, and nothing else
         log = (tmp_path / f"celery-{task}.log").read_text()
         assert all(f"{run}" in log for run in runs), task
-    jobs = {loc: [j for j in WorkerClient(loc, token).status() if j["identity"]["run_id"] in runs] for loc in workers}
+    jobs = {loc: [j for j in WorkerClient(loc, token).status() if j["origin"]["run_id"] in runs] for loc in workers}
     for run in runs:
-        [home] = [loc for loc, js in jobs.items() if any(j["identity"]["run_id"] == run for j in js)]
-        stats = {j["operator"]: j["stats"] for j in jobs[home] if j["identity"]["run_id"] == run}
+        [home] = [loc for loc, js in jobs.items() if any(j["origin"]["run_id"] == run for j in js)]
+        stats = {j["operator"]: j["stats"] for j in jobs[home] if j["origin"]["run_id"] == run}
         assert set(stats) == set(QUEUES) and stats["topic"]["tokens_reused"]["retention"] > 0, run

@@ -16,8 +16,8 @@ IN_SQLITE = {"tech": "tech_jokes", "theme": "joke_themes"}  # the rest are Parqu
 
 
 def _first_run(jobs: list[dict]) -> dict:
-    first = jobs[0]["identity"]["run_id"]
-    return {j["operator"]: j["stats"] for j in jobs if j["identity"]["run_id"] == first}
+    first = jobs[0]["origin"]["run_id"]
+    return {j["operator"]: j["stats"] for j in jobs if j["origin"]["run_id"] == first}
 
 
 def _jokes_outputs(out, db) -> dict:
@@ -54,7 +54,7 @@ def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
     computed, naive = (sum(s[k] for s in stats.values()) for k in ("tokens_computed", "tokens_naive"))
     assert report[1 + len(JOKES_TASKS)] == (f"reuse saved {1 - computed / naive:.0%} of the tokens: {computed:,} "
                                             f"computed where calling the model per row would compute {naive:,}")
-    run_id = worker_jobs(tmp_path)[0]["identity"]["run_id"]
+    run_id = worker_jobs(tmp_path)[0]["origin"]["run_id"]
     page = _quail_page(env, f"/quail/api/runs/quail_jokes/{run_id}")
     assert set(page["tasks"]) == set(JOKES_TASKS)  # the Quail page reads the tasks' XCom manifests
     for task in JOKES_TASKS:

@@ -1,6 +1,6 @@
 """Dynamic task mapping: a filter mapped over three Parquet partitions and a classify mapped over
 its outputs, under `airflow dags test`. Each index is its own job (its map index in the job's
-identity), equal to a run of its partition alone; each classify index reuses its filter index's
+origin), equal to a run of its partition alone; each classify index reuses its filter index's
 KV; a killed try of one index retries into that index's job only."""
 
 import multiprocessing
@@ -48,11 +48,11 @@ def test_a_mapped_filter_and_classify_run_each_partition_as_its_own_job(airflow_
     dags_test(env, airflow, "quail_mapped", QUAIL_TEST_PARTITIONS=str(parts), QUAIL_TEST_OUTPUT=str(out))
 
     jobs = worker_jobs(tmp_path)
-    assert sorted((j["operator"], j["identity"]["map_index"]) for j in jobs) == \
+    assert sorted((j["operator"], j["origin"]["map_index"]) for j in jobs) == \
         [("kept", 0), ("kept", 1), ("kept", 2), ("topic", 0), ("topic", 1), ("topic", 2)]
     for j in jobs:
         if j["operator"] == "topic":  # each index's answers were computed ahead in its own filter index's job
-            assert j["stats"]["tokens_reused"]["store"] > 0, j["identity"]
+            assert j["stats"]["tokens_reused"]["store"] > 0, j["origin"]
 
     for key in ("QUAIL_HOME", "AIRFLOW_CONN_QUAIL_DEFAULT"):  # the same local worker, from this process
         monkeypatch.setenv(key, env[key])
@@ -66,18 +66,18 @@ def test_a_mapped_filter_and_classify_run_each_partition_as_its_own_job(airflow_
     retry = tmp_path / "retry"
     for i in (0, 2):
         _filter(str(parts / f"part-{i}.parquet"), str(retry / f"kept-{i}.parquet")).execute(_context("retry", i))
-    before = {j["identity"]["map_index"]: j for j in client.status() if j["identity"]["run_id"] == "retry"}
+    before = {j["origin"]["map_index"]: j for j in client.status() if j["origin"]["run_id"] == "retry"}
     killed = multiprocessing.get_context("spawn").Process(
         target=_killed_try, args=(str(parts / "part-1.parquet"), str(retry / "kept-1.parquet")))
     killed.start()
     deadline = time.time() + 120
-    while 1 not in {j["identity"]["map_index"] for j in client.status() if j["identity"]["run_id"] == "retry"}:
+    while 1 not in {j["origin"]["map_index"] for j in client.status() if j["origin"]["run_id"] == "retry"}:
         assert time.time() < deadline and killed.is_alive()
         time.sleep(0.05)
     os.kill(killed.pid, signal.SIGKILL)
     killed.join()
     manifest = _filter(str(parts / "part-1.parquet"), str(retry / "kept-1.parquet")).execute(_context("retry", 1))
-    after = {j["identity"]["map_index"]: j for j in client.status() if j["identity"]["run_id"] == "retry"}
+    after = {j["origin"]["map_index"]: j for j in client.status() if j["origin"]["run_id"] == "retry"}
     assert sorted(after) == [0, 1, 2]  # the retry made no new job: it attached to index 1's
     assert {i: after[i]["ref"] for i in (0, 2)} == {i: before[i]["ref"] for i in (0, 2)}
     assert manifest["stats"] == after[1]["stats"]

@@ -46,11 +46,11 @@ def test_a_classify_of_a_filters_output_is_computed_ahead_at_any_table_size(airf
     assert f"computed the answers of topic ahead for {kept} rows, into the answer store" in logs[True]
     assert "ahead" not in logs[False]
     jobs = worker_jobs(tmp_path)  # both runs' windows, the first run's first
-    runs = sorted({j["identity"]["run_id"] for j in jobs})
+    runs = sorted({j["origin"]["run_id"] for j in jobs})
     assert len(runs) == 2
     by_run = {run: {"kept": [], "topic": []} for run in runs}
     for j in jobs:
-        by_run[j["identity"]["run_id"]][j["operator"]].append(j)
+        by_run[j["origin"]["run_id"]][j["operator"]].append(j)
     with_store, without = (by_run[r] for r in runs)
     ahead = [j["ahead"]["topic"] for j in with_store["kept"]]
     assert sum(a["rows"] for a in ahead) == kept  # every row that passed

@@ -66,14 +66,14 @@ def _runs_by_worker(workers: list[str], token: str) -> dict[str, set[str]]:
     runs = {}
     for location in workers:
         for job in WorkerClient(location, token).status():
-            runs.setdefault(job["identity"]["run_id"], set()).add(location)
+            runs.setdefault(job["origin"]["run_id"], set()).add(location)
     return runs
 
 
 def _jobs(location: str, token: str, run_id: str) -> dict[str, dict]:
     """The stats of each task of the run that the worker computed."""
     return {j["operator"]: j["stats"] for j in WorkerClient(location, token).status()
-            if j["identity"]["run_id"] == run_id}
+            if j["origin"]["run_id"] == run_id}
 
 
 def _private(path: Path, text: str) -> str:

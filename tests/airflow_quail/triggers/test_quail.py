@@ -63,7 +63,7 @@ def test_a_deferred_task_resumes_from_each_event_the_trigger_fires(pool, tmp_pat
             [event] = _events(_rebuilt(deferred.trigger, poll_interval=0.05))
             events.append(event)
             kwargs = deferred.kwargs or {}
-    jobs = sorted(servers[0].jobs.values(), key=lambda j: j.submission.identity.window)
+    jobs = sorted(servers[0].jobs.values(), key=lambda j: j.submission.origin.window)
     assert [e["job"] for e in events] == [j.id for j in jobs] and len(jobs) == 2  # each window's job, once
     for event in events:
         assert EVENT_KEYS <= set(event) and event["state"] == "done" and event["worker"] == locations[0]

@@ -19,7 +19,7 @@ from quail.planner.plan import OperatorPlan, Plan
 from quail.reuse import Reuse
 from quail.specs import OperatorSpec
 from quail.worker.client import WorkerClient, WorkerLost, backoff
-from quail.worker.jobs import LOST, Origin, JobState, Span, Submission, job_ref
+from quail.worker.jobs import LOST, JobState, Origin, Span, Submission, job_ref
 from quail.worker.protocol import content_digest, documents_digest
 
 

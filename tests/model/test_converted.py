@@ -68,6 +68,38 @@ def test_a_second_load_maps_the_converted_weights_and_reads_no_gguf(gguf, monkey
     assert first.tokenizer.chat == second.tokenizer.chat and first.tokenizer.stop_ids == second.tokenizer.stop_ids
 
 
+def test_a_full_disk_costs_a_converting_load_its_copy_not_its_model_and_torch_its_threads_back(gguf, monkeypatch,
+                                                                                               caplog):
+    first = load_model(str(gguf), "float32", defer=False)
+    shutil.rmtree(converted.root())
+    during = []
+
+    def full(self, name, t):
+        during.append(torch.get_num_threads())
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(converted.Converting, "_digested", full)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with caplog.at_level(logging.WARNING, "quail.model.converted"):
+            again = load_model(str(gguf), "float32")
+        assert torch.get_num_threads() == 2 and set(during) == {1}  # the writing thread had a core of its own
+    finally:
+        torch.set_num_threads(threads)
+    assert _same(first, again) and "could not be kept: [Errno 28] No space left" in caplog.text
+    assert converted.disk_use() == {} and not [p for p in converted.root().iterdir() if p.name.startswith(".")]
+
+
+def test_short_writes_resume_where_they_stopped(gguf, monkeypatch):
+    real = os.pwrite
+    monkeypatch.setattr(converted.os, "pwrite", lambda fd, data, at: real(fd, memoryview(data)[:(1 << 20) + 1], at))
+    first = load_model(str(gguf), "float32")
+    monkeypatch.setattr(converted.os, "pwrite", real)
+    _no_gguf(monkeypatch)
+    assert _same(first, load_model(str(gguf), "float32"))  # mapped: every byte where its digest says
+
+
 def test_homes_that_share_converted_weights_share_the_digests_that_find_them(gguf, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("QUAIL_CONVERTED_WEIGHTS", str(tmp_path / "shared"))
     first = load_model(str(gguf), "float32")
@@ -131,8 +163,8 @@ def test_a_rerun_whose_answers_are_all_stored_reads_no_weight(gguf, tmp_path, mo
 def test_checked_weights_are_not_hashed_again_while_their_file_is_unchanged(gguf, monkeypatch):
     first = load_model(str(gguf), "float32")
     assert _same(first, load_model(str(gguf), "float32"))  # mapped, and checked on a thread
-    hashed, real = [], converted.file_sha256
-    monkeypatch.setattr("quail.model.converted.file_sha256", lambda p: hashed.append(p.suffix) or real(p))
+    hashed, real = [], converted.weights_digest
+    monkeypatch.setattr("quail.model.converted.weights_digest", lambda p: hashed.append(p.suffix) or real(p))
     assert _same(first, load_model(str(gguf), "float32")) and ".safetensors" not in hashed
     weights = converted.folder(first.digest) / "float32.safetensors"
     os.utime(weights)  # any change to the file: checked again
@@ -166,7 +198,8 @@ def _flip_a_byte(path):
 def test_damaged_converted_weights_are_never_used_but_converted_again(gguf, monkeypatch, caplog):
     first = load_model(str(gguf), "float32")
     weights = converted.folder(first.digest) / "float32.safetensors"
-    for damage in (_flip_a_byte, lambda path: os.truncate(path, path.stat().st_size - 4096)):
+    for damage in (_flip_a_byte, lambda path: os.truncate(path, path.stat().st_size - 4096),
+                   lambda path: os.truncate(path, path.stat().st_size + 8)):  # a byte past the last tensor
         damage(weights)
         caplog.clear()
         with caplog.at_level(logging.WARNING, "quail.model.converted"):

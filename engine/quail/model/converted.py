@@ -5,22 +5,25 @@ file again (17.7 s of a 1.5B's 27 s start, issue #53).
 Under $QUAIL_HOME/models/converted/<digest>/ (or $QUAIL_CONVERTED_WEIGHTS/<digest>/; "off" keeps
 none), for the model whose bytes have that sha256:
 `<dtype>.safetensors` and `<dtype>.json`, the record of what its writer wrote: the config, and the
-sha256 of the tensors and of `tokenizer.json`. A load checks those digests on a thread while it maps
+digests of the tensors (`weights_digest`) and of `tokenizer.json`. A load checks those digests on a thread while it maps
 the tensors, and a model built from bytes that do not match them is dropped and the folder removed:
 a damaged or planted file is never used, only rebuilt. Folders are written under a temporary name
 and renamed whole, so a writer killed halfway leaves nothing a reader could take.
 
-The tensors are written as the model asks for them, each at the place the header gave it, since
-safetensors' own writer takes every tensor in memory at once: a second copy of the model. Tensors
+The tensors are written as the model asks for them, each at the place the header gave it, on a
+thread beside the load, since safetensors' own writer takes every tensor in memory at once: a
+second copy of the model. Tensors
 the model reads in their own dtype (LlamaModel.RAW_WEIGHTS) are kept as the GGUF gives them."""
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
 import os
 import shutil
 import struct
+from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -36,7 +39,8 @@ from quail.trust import owned_file, private_folder
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 1 recorded the weights file's plain sha256
+QUEUED_BYTES = 1 << 30  # tensors held for the writing thread: the model may have let them go
 _NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 _TOKENIZER = "tokenizer.json"
 
@@ -132,7 +136,7 @@ def open_converted(digest: str, dtype: str) -> Converted | None:
             return None
         record, weights_path, tokenizer_path = found
         config = _config(record["config"])
-        expected = {weights_path: str(record["weights_sha256"]), tokenizer_path: str(record["tokenizer_sha256"])}
+        expected = {weights_path: str(record["weights_digest"]), tokenizer_path: str(record["tokenizer_sha256"])}
         weights = SafetensorsWeights([weights_path])
         tokenizer = Tokenizer.from_file(tokenizer_path)
     except Exception as e:  # noqa: BLE001 (anything unreadable is rebuilt, never used)
@@ -152,7 +156,8 @@ def _checked(digest: str, dtype: str, files: list[Path]) -> bool:
 
 
 def _verify(digest: str, dtype: str, expected: dict[Path, str]) -> Future:
-    """Whether the files hold the bytes of these sha256s, checked on a thread (hashlib releases the
+    """Whether the files hold the bytes of these digests (`weights_digest` for the weights, sha256
+    for the tokenizer), checked on a thread (hashlib releases the
     GIL: the check runs beside the load). Once checked, the files' fingerprint is recorded (after
     an fsync, so that it never outlives their bytes): while they keep it, as a model file's digest
     is kept (model/identity.py), later loads do not read them twice."""
@@ -164,7 +169,8 @@ def _verify(digest: str, dtype: str, expected: dict[Path, str]) -> Future:
         return done
 
     def check() -> bool:
-        if not all(file_sha256(p) == d for p, d in expected.items()):
+        if not all((weights_digest(p) if p.suffix == ".safetensors" else file_sha256(p)) == d
+                   for p, d in expected.items()):
             return False
         for p in files:
             with open(p, "rb") as f:
@@ -182,6 +188,37 @@ def _verify(digest: str, dtype: str, expected: dict[Path, str]) -> Future:
         pool.shutdown(wait=False)
 
 
+def weights_digest(path: Path) -> str:
+    """A converted weights file's digest: the sha256 of its header followed by each tensor's own
+    sha256, in the file's order, so that its writer digests each tensor as it writes it, in the
+    order the model asks for them. "" for a file that is not whole (a byte missing, or one past
+    its last tensor)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else size
+            if 8 + length > size:
+                return ""
+            head += f.read(length)
+            spans = sorted(tuple(v["data_offsets"]) for k, v in json.loads(head[8:]).items() if k != "__metadata__")
+            whole, end, buf = hashlib.sha256(head), 0, memoryview(bytearray(1 << 20))
+            for lo, hi in spans:
+                if lo != end:
+                    return ""
+                tensor = hashlib.sha256()
+                while end < hi:
+                    got = f.readinto(buf[:min(hi - end, len(buf))])
+                    if not got:
+                        return ""
+                    tensor.update(buf[:got])
+                    end += got
+                whole.update(tensor.digest())
+            return whole.hexdigest() if 8 + length + end == size else ""
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return ""
+
+
 def discard(where: Path, why: str) -> None:
     log.warning("converted weights %s are %s: removed, to be converted again", where, why)
     shutil.rmtree(where, ignore_errors=True)
@@ -189,40 +226,61 @@ def discard(where: Path, why: str) -> None:
 
 class Converting(Mapping):
     """The GGUF's tensors passed through to the model as it asks for them, each also written, in
-    the dtype the model converts it to, to its place in a safetensors file."""
+    the dtype the model converts it to, to its place in a safetensors file, and digested, on a
+    thread of its own (os.pwrite and hashlib release the GIL) while the model takes the next."""
+
+    fresh = True  # what it passes through is the GGUF's: a tensor of its own at each lookup
 
     def __init__(self, weights: Mapping[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
                  raw: tuple[str, ...], path: Path) -> None:
         self._weights, self._path = weights, path
         # the raw (fp32) tensors first: every tensor then starts at a multiple of its element size
-        names = sorted(shapes, key=lambda n: (n not in raw, n))
-        self._dtypes = {n: torch.float32 if n in raw else dtype for n in names}
+        self._names = sorted(shapes, key=lambda n: (n not in raw, n))
+        self._dtypes = {n: torch.float32 if n in raw else dtype for n in self._names}
         header: dict = {"__metadata__": {"format": "pt"}}
         offset = 0
-        for n in names:
+        for n in self._names:
             size = self._dtypes[n].itemsize * math.prod(shapes[n])
             header[n] = {"dtype": _NAMES[self._dtypes[n]], "shape": list(shapes[n]), "data_offsets": [offset,
                                                                                                      offset + size]}
             offset += size
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)
-        self._start = 8 + len(text)
-        self._places = {n: self._start + header[n]["data_offsets"][0] for n in names}
-        self._written: set[str] = set()
+        self._head = struct.pack("<Q", len(text)) + text
+        self._places = {n: len(self._head) + header[n]["data_offsets"][0] for n in self._names}
+        self._asked: set[str] = set()
+        self._digests: dict[str, bytes] = {}
+        self._writes: list[Future] = []
+        self._queued: deque[tuple[Future, int]] = deque()  # writes not yet known done, and their bytes
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="quail-convert")
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.ftruncate(self._fd, self._start + offset)
-        os.pwrite(self._fd, struct.pack("<Q", len(text)) + text, 0)
+        os.ftruncate(self._fd, len(self._head) + offset)
+        self._put(self._head, 0)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         t = self._weights[name]
-        if name not in self._written:
+        if name not in self._asked:
             self._write(name, t)
         return t
 
     def _write(self, name: str, t: torch.Tensor) -> None:
-        data = t.to(self._dtypes[name]).contiguous().view(torch.uint8).numpy()
-        os.pwrite(self._fd, data.data, self._places[name])
-        self._written.add(name)
+        t = t.to(self._dtypes[name]).contiguous()
+        self._asked.add(name)
+        while self._queued and sum(n for _, n in self._queued) + t.nbytes > QUEUED_BYTES:
+            self._queued.popleft()[0].exception()  # waits for it; `finish` raises what it raised
+        self._writes.append(self._pool.submit(self._digested, name, t))
+        self._queued.append((self._writes[-1], t.nbytes))
+
+    def _digested(self, name: str, t: torch.Tensor) -> None:
+        data = t.view(torch.uint8).reshape(-1).numpy().data  # its bytes, flat: a short write resumes by bytes
+        self._put(data, self._places[name])
+        self._digests[name] = hashlib.sha256(data).digest()
+
+    def _put(self, data: bytes | memoryview, at: int) -> None:
+        view = memoryview(data)
+        while view:  # one pwrite may write less than it was given
+            done = os.pwrite(self._fd, view, at)
+            view, at = view[done:], at + done
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._weights)
@@ -230,16 +288,21 @@ class Converting(Mapping):
     def __len__(self) -> int:
         return len(self._weights)
 
-    def finish(self) -> None:
-        """Writes the tensors the model did not ask for, and closes the file."""
+    def finish(self) -> str:
+        """Writes the tensors the model did not ask for, closes the file and returns its digest
+        (`weights_digest`)."""
         try:
-            for name in self._dtypes:
-                if name not in self._written:
+            for name in self._names:
+                if name not in self._asked:
                     self._write(name, self._weights[name])
+            for future in self._writes:
+                future.result()
         finally:
             self.close()
+        return hashlib.sha256(self._head + b"".join(self._digests[n] for n in self._names)).hexdigest()
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)  # no write outlives the file's descriptor
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -265,12 +328,10 @@ class Writer:
         is converted again."""
         assert self.file is not None
         try:
-            self.file.finish()
+            weights = self.file.finish()
             (self.tmp / _TOKENIZER).write_text(tokenizer.json())
-            record = {"format": FORMAT, "digest": digest, "dtype": self.dtype,
-                      "config": dataclasses.asdict(config),
-                      "weights_sha256": file_sha256(self.tmp / f"{self.dtype}.safetensors"),
-                      "tokenizer_sha256": file_sha256(self.tmp / _TOKENIZER)}
+            record = {"format": FORMAT, "digest": digest, "dtype": self.dtype, "config": dataclasses.asdict(config),
+                      "weights_digest": weights, "tokenizer_sha256": file_sha256(self.tmp / _TOKENIZER)}
             (self.tmp / f"{self.dtype}.json").write_text(json.dumps(record, indent=1))
             final = folder(digest)
             final.mkdir(mode=0o700, exist_ok=True)

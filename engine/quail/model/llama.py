@@ -140,8 +140,11 @@ class LlamaModel:
     def _build(self, weights: Mapping[str, torch.Tensor]) -> None:
         cfg, dtype = self.cfg, self.dtype
 
-        def w(name: str) -> torch.Tensor:  # a copy: a tensor read from a memory-mapped file would change with the file
-            return weights[name].to(device=self.device, dtype=dtype, copy=True).contiguous()
+        # a copy, unless each lookup gives a tensor of its own: one read from a mapped file would change with it
+        copy = not getattr(weights, "fresh", False)
+
+        def w(name: str) -> torch.Tensor:
+            return weights[name].to(device=self.device, dtype=dtype, copy=copy).contiguous()
 
         def part(name: str) -> torch.Tensor:  # one part of a fused tensor, which torch.cat copies anyway
             return weights[name].to(device=self.device, dtype=dtype)

@@ -33,7 +33,7 @@ from quail.ops.calibration import CONTENT_FREE, calibrates
 from quail.ops.classify import ClassifyResult, stored_classify
 from quail.ops.extract import ExtractResult, run_extract
 from quail.ops.filter import FilterResult, stored_filter
-from quail.ops.grammar import Grammars, JsonSchema
+from quail.ops.grammar import Grammars
 from quail.ops.join import JoinResult, stored_join
 from quail.ops.map import MapResult, run_map
 from quail.ops.prompts import PromptLayout, fit
@@ -170,9 +170,6 @@ class Session:
         run, docs = self._run(reuse, retain, None), fit(texts, self.layout.documents, self.context, 0, truncate, rows)
         return stored_vectors(run, docs.tokens, len(self.layout.preamble), self.engine.model.vector_layer)
 
-    def extract_grammar(self, fields: tuple[FieldSpec, ...]) -> JsonSchema:
-        return self.grammars.json(json_schema(fields))
-
     def extract(self, texts: list[str], fields: tuple[FieldSpec, ...] | list[FieldSpec],
                 instruction: str = DEFAULT_INSTRUCTION, max_new_tokens: int | None = None,
                 reuse: bool | Reuse = True, retain: bool | Retain | None = None, truncate: bool = False,
@@ -182,7 +179,7 @@ class Session:
         pydantic model into them), written as JSON held to their schema; a row cut at
         max_new_tokens is truncated and its fields None."""
         fields, most = tuple(fields), most_written(max_new_tokens)
-        grammar, question = self.extract_grammar(fields), render_extract(self.layout, instruction, fields)
+        grammar, question = self.grammars.json(json_schema(fields)), render_extract(self.layout, instruction, fields)
         docs = fit(texts, self.layout.documents, self.context, len(question) + most, truncate, rows)
         return run_extract(self._run(reuse, retain, progress), docs, question, fields, most, grammar,
                            self.loaded.tokenizer.decode, self.grammars.vocab)

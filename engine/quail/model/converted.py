@@ -15,6 +15,7 @@ thread beside the load, since safetensors' own writer takes every tensor in memo
 second copy of the model. Tensors
 the model reads in their own dtype (LlamaModel.RAW_WEIGHTS) are kept as the GGUF gives them."""
 
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -23,6 +24,7 @@ import math
 import os
 import shutil
 import struct
+import sys
 from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,13 +33,16 @@ from pathlib import Path
 import torch
 
 from quail.model.config import ModelConfig, RopeScaling
-from quail.model.identity import DIGESTS, file_sha256, fingerprint
+from quail.model.identity import DIGESTS, Fingerprint, file_sha256, fingerprint
 from quail.model.safetensors_loader import SafetensorsWeights
 from quail.model.tokenizer import Tokenizer
 from quail.paths import home
 from quail.trust import owned_file, private_folder
 
 log = logging.getLogger(__name__)
+_SYNC_FILE_RANGE = getattr(ctypes.CDLL(None), "sync_file_range", None) if sys.platform == "linux" else None
+if _SYNC_FILE_RANGE is not None:
+    _SYNC_FILE_RANGE.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 
 FORMAT = 2  # 1 recorded the weights file's plain sha256
 QUEUED_BYTES = 1 << 26  # tensors held for the writing thread (1 GiB: +1 GB of peak RSS, and slower)
@@ -161,7 +166,7 @@ def _verify(digest: str, dtype: str, expected: dict[Path, str]) -> Future:
     GIL: the check runs beside the load). Once checked, the files' fingerprint is recorded (after
     an fsync, so that it never outlives their bytes): while they keep it, as a model file's digest
     is kept (model/identity.py), later loads do not read them twice."""
-    files, record = list(expected), folder(digest) / f"{dtype}.verified"
+    files = list(expected)
     seen = fingerprint(files)
     done: Future = Future()
     if _checked(digest, dtype, files):
@@ -172,13 +177,7 @@ def _verify(digest: str, dtype: str, expected: dict[Path, str]) -> Future:
         if not all((weights_digest(p) if p.suffix == ".safetensors" else file_sha256(p)) == d
                    for p, d in expected.items()):
             return False
-        for p in files:
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-        if fingerprint(files) == seen:
-            tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps([list(f) for f in seen]))
-            os.replace(tmp, record)
+        _mark_verified(digest, dtype, files, seen)
         return True
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="quail-verify")
@@ -217,6 +216,26 @@ def weights_digest(path: Path) -> str:
             return whole.hexdigest() if 8 + length + end == size else ""
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return ""
+
+
+def _write_back(fd: int, at: int, size: int) -> None:
+    """Starts the disk writing these bytes now, without waiting for it (Linux's sync_file_range),
+    so that the fdatasync at the end waits for little."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, at, size, 2)  # SYNC_FILE_RANGE_WRITE
+
+
+def _mark_verified(digest: str, dtype: str, files: list[Path], seen: Fingerprint) -> None:
+    """Records that the files hold their writer's bytes while they keep the fingerprint `seen`:
+    after an fsync, so that the record never outlives their bytes."""
+    for p in files:
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+    if fingerprint(files) == seen:
+        record = folder(digest) / f"{dtype}.verified"
+        tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([list(f) for f in seen]))
+        os.replace(tmp, record)
 
 
 def discard(where: Path, why: str) -> None:
@@ -275,6 +294,7 @@ class Converting(Mapping):
         data = t.view(torch.uint8).reshape(-1).numpy().data  # its bytes, flat: a short write resumes by bytes
         self._put(data, self._places[name])
         self._digests[name] = hashlib.sha256(data).digest()
+        _write_back(self._fd, self._places[name], len(data))
 
     def _put(self, data: bytes | memoryview, at: int) -> None:
         view = memoryview(data)
@@ -297,6 +317,7 @@ class Converting(Mapping):
                     self._write(name, self._weights[name])
             for future in self._writes:
                 future.result()
+            os.fdatasync(self._fd)
         finally:
             self.close()
         return hashlib.sha256(self._head + b"".join(self._digests[n] for n in self._names)).hexdigest()
@@ -324,8 +345,9 @@ class Writer:
         return self.file
 
     def commit(self, digest: str, config: ModelConfig, tokenizer: Tokenizer) -> None:
-        """No fsync: every load checks the bytes against the record, so a file a crash left short
-        is converted again."""
+        """Moves the files into the model's folder and marks them verified: they hold the bytes
+        their writer digested, on disk (the weights synced as they were written), so the next load
+        maps them without reading them twice. A file a crash left short has no record: converted again."""
         assert self.file is not None
         try:
             weights = self.file.finish()
@@ -338,6 +360,8 @@ class Writer:
             # the tokenizer of a digest is one file, whichever dtype wrote it: equal bytes replace it
             for name in (f"{self.dtype}.safetensors", _TOKENIZER, f"{self.dtype}.json"):  # the record last
                 os.replace(self.tmp / name, final / name)
+            files = [final / f"{self.dtype}.safetensors", final / _TOKENIZER]
+            _mark_verified(digest, self.dtype, files, fingerprint(files))
         except OSError as e:  # a full disk costs the next load its speed, never this one its model
             log.warning("converted weights of %s could not be kept: %s", digest[:12], e)
         finally:

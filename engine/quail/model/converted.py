@@ -3,17 +3,18 @@ once beside its tokenizer and config, then mapped by every later load instead of
 file again (17.7 s of a 1.5B's 27 s start, issue #53).
 
 Under $QUAIL_HOME/models/converted/<digest>/ (or $QUAIL_CONVERTED_WEIGHTS/<digest>/; "off" keeps
-none), for the model whose bytes have that sha256:
-`<dtype>.safetensors` and `<dtype>.json`, the record of what its writer wrote: the config, and the
-digests of the tensors (`weights_digest`) and of `tokenizer.json`. A load checks those digests on a thread while it maps
-the tensors, and a model built from bytes that do not match them is dropped and the folder removed:
-a damaged or planted file is never used, only rebuilt. Folders are written under a temporary name
-and renamed whole, so a writer killed halfway leaves nothing a reader could take.
+none), for the model whose bytes have that sha256: `<dtype>.safetensors` and `<dtype>.json`, the
+record of what its writer wrote: the config, and the digests of the tensors (`weights_digest`) and
+of `tokenizer.json`. A load checks those digests on a thread while it maps the tensors, unless the
+files still have the fingerprint `<dtype>.verified` records (their writer's, once they were on
+disk, or an earlier check's). A model built from bytes that do not match them is dropped and the
+folder removed: a damaged or planted file is never used, only rebuilt. Folders are written under a
+temporary name and renamed whole, so a writer killed halfway leaves nothing a reader could take.
 
 The tensors are written as the model asks for them, each at the place the header gave it, on a
 thread beside the load, since safetensors' own writer takes every tensor in memory at once: a
-second copy of the model. Tensors
-the model reads in their own dtype (LlamaModel.RAW_WEIGHTS) are kept as the GGUF gives them."""
+second copy of the model. Tensors the model reads in their own dtype (LlamaModel.RAW_WEIGHTS) are
+kept as the GGUF gives them."""
 
 import ctypes
 import dataclasses

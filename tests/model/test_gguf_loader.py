@@ -21,8 +21,7 @@ def _same_fields(path) -> None:
         [(t.name, t.data_offset, t.tensor_type) for t in theirs.tensors]
 
 
-def test_every_kind_of_field_reads_as_gguf_py_reads_it(tmp_path):
-    path = tmp_path / "fields.gguf"
+def _written(path):
     w = GGUFWriter(str(path), "llama")
     w.add_array("words", ["a", "", "Ġthe", "日本", "x" * 300])
     w.add_array("no.words", [])
@@ -37,7 +36,21 @@ def test_every_kind_of_field_reads_as_gguf_py_reads_it(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    _same_fields(path)
+    return path
+
+
+def test_every_kind_of_field_reads_as_gguf_py_reads_it(tmp_path):
+    _same_fields(_written(tmp_path / "fields.gguf"))
+
+
+def test_a_file_cut_inside_an_array_is_refused_naming_it(tmp_path):
+    path = _written(tmp_path / "fields.gguf")
+    data = path.read_bytes()
+    types = data.index(b"types") + 5 + 4  # its name, then its value's type
+    for cut in (data.index("Ġthe".encode()) + 2, types + 10, types + 14):  # in strings; an array's count; its ints
+        path.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match="the file ends inside the array at byte"):
+            _Reader(str(path))
 
 
 @pytest.mark.model  # reads the embedded smollm2's GGUF

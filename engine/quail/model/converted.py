@@ -253,7 +253,7 @@ class Converting(Mapping):
 
     def __init__(self, weights: Mapping[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
                  raw: tuple[str, ...], path: Path) -> None:
-        self._weights, self._path = weights, path
+        self._weights = weights
         # the raw (fp32) tensors first: every tensor then starts at a multiple of its element size
         self._names = sorted(shapes, key=lambda n: (n not in raw, n))
         self._dtypes = {n: torch.float32 if n in raw else dtype for n in self._names}

@@ -62,8 +62,12 @@ class _Reader(GGUFReader):
         if raw_type != GGUFValueType.ARRAY or self.byte_order != "I" or sys.byteorder != "little":
             return super()._get_field_parts(orig_offs, raw_type)
         plain = self._array()
-        if orig_offs + 12 > len(plain):
-            raise ValueError(f"the file ends inside the array at byte {orig_offs}: is it whole?")
+
+        def within(end: int) -> None:
+            if end > len(plain):
+                raise ValueError(f"the file ends inside the array at byte {orig_offs}: is it whole?")
+
+        within(orig_offs + 12)
         item_type = plain[orig_offs:orig_offs + 4].view(np.uint32)
         count = plain[orig_offs + 4:orig_offs + 12].view(np.uint64)
         item, n, offs = GGUFValueType(int(item_type[0])), int(count[0]), orig_offs + 12
@@ -71,16 +75,15 @@ class _Reader(GGUFReader):
         parts: list = [item_type, count]
         if scalar is not None:
             end = offs + n * np.dtype(scalar).itemsize
-            if end > len(plain):
-                raise ValueError(f"the file ends inside the array at byte {orig_offs}: is it whole?")
+            within(end)
             parts += list(plain[offs:end].view(scalar).reshape(-1, 1))
             data = list(range(2, len(parts)))
         elif item == GGUFValueType.STRING:
             length, buffer = _LENGTH.unpack_from, plain.data
             for _ in range(n):
-                size = length(buffer, offs)[0] if offs + 8 <= len(plain) else len(plain)
-                if offs + 8 + size > len(plain):
-                    raise ValueError(f"the file ends inside the array at byte {orig_offs}: is it whole?")
+                within(offs + 8)
+                (size,) = length(buffer, offs)
+                within(offs + 8 + size)
                 parts += (plain[offs:offs + 8].view(np.uint64), plain[offs + 8:offs + 8 + size])
                 offs += 8 + size
             end, data = offs, list(range(3, len(parts), 2))

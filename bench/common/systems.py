@@ -17,6 +17,8 @@ import torch
 
 from quail.model.loader import load_weights, model_path
 from quail.model.registry import embedded_path
+from quail.ops.scoring import p_yes
+from quail.session import Session
 
 
 @dataclass
@@ -27,6 +29,24 @@ class Question:
     keep: int
     score: Callable[[np.ndarray], list[float]]
     labels: list[int] = field(default_factory=list)
+
+
+def yes_no(s: Session, question: list[int]) -> Question:
+    ids, n_yes = s.layout.yes_no.ids, len(s.layout.yes_no.yes)
+    return Question(question, 1, lambda lp: [p_yes(lp[-1][ids], n_yes)])
+
+
+def label_questions(s: Session, question: str, labels: list[str]) -> list[Question]:
+    """Quail's classify reads: every label's first token after the question, then each longer
+    label's later tokens by teacher forcing."""
+    head = s.layout.label_question(question, labels)
+    tokens = [s.layout.label(label) for label in labels]
+    single = [i for i, t in enumerate(tokens) if len(t) == 1]
+    out = [Question(head, 1, lambda lp: [lp[-1][tokens[i][0]] for i in single], single)] if single else []
+    for i, t in enumerate(tokens):
+        if len(t) > 1:
+            out.append(Question(head + t[:-1], len(t), lambda lp, t=t: [sum(lp[j][x] for j, x in enumerate(t))], [i]))
+    return out
 
 
 @dataclass

@@ -29,9 +29,8 @@ import torch
 
 from bench.common.documents import PREDICATES, reference_documents
 from bench.common.results import machine, parser, previous, write_json
-from bench.common.systems import LlamaCpp, Question, Stage, Transformers, decide, transformers_model
+from bench.common.systems import LlamaCpp, Stage, Transformers, decide, label_questions, transformers_model, yes_no
 from bench.common.workloads import GOOD, PRODUCTS, reviews, traces
-from quail.ops.scoring import p_yes
 from quail.reuse import Retain
 from quail.session import Session
 
@@ -57,24 +56,6 @@ PLANS = {
 LABELS = {"quail": "Quail", "e": "(e) Quail, no reuse", "a": "(a) transformers, one at a time",
           "b": "(b) transformers, batches of 8", "c": "(c) transformers + prefix cache",
           "d": "(d) llama.cpp, prefix reuse"}
-
-
-def yes_no(s: Session, question: list[int]) -> Question:
-    ids, n_yes = s.layout.yes_no.ids, len(s.layout.yes_no.yes)
-    return Question(question, 1, lambda lp: [p_yes(lp[-1][ids], n_yes)])
-
-
-def label_questions(s: Session, question: str, labels: list[str]) -> list[Question]:
-    """Quail's classify reads: every label's first token after the question, then each longer
-    label's later tokens by teacher forcing."""
-    head = s.layout.label_question(question, labels)
-    tokens = [s.layout.label(label) for label in labels]
-    single = [i for i, t in enumerate(tokens) if len(t) == 1]
-    out = [Question(head, 1, lambda lp: [lp[-1][tokens[i][0]] for i in single], single)] if single else []
-    for i, t in enumerate(tokens):
-        if len(t) > 1:
-            out.append(Question(head + t[:-1], len(t), lambda lp, t=t: [sum(lp[j][x] for j, x in enumerate(t))], [i]))
-    return out
 
 
 @dataclass

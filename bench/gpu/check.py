@@ -13,6 +13,10 @@ in the JSON (or its error, and the script goes on), the JSON rewritten after eac
              (SDPA) and Quail on the very same tensors; SmolLM2's tokenizer.json gives the tokens
   w1         W1 end to end: Quail against transformers one row at a time and in batches of 16
   prefill    engine prefill tok/s at max_batch_tokens 2048..16384 against transformers' batches
+  w5         W5: a filter, then an extract of 3 fields from the rows it kept (bench/e2e/extract.py),
+             Quail against transformers' `generate` under the same grammar, in batches of 16
+  table      a table of 200,000 rows through `quail pipeline` (a 3-predicate filter, then a classify
+             of 5 labels), transformers in batches on 5,000 of its rows (bench/gpu/table.py)
 
     python -m bench gpu check [--output-json gpu.json] [--tokenizer .gpu/tokenizer.json]
     python -m bench gpu check --device cpu --small     # the smoke run, minutes
@@ -32,6 +36,7 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 import traceback
@@ -51,7 +56,10 @@ from quail.kernels.paged_attention import AttentionMeta, paged_attention_referen
 
 PAGE = 16
 TARGETS = {"w1_x_rowwise": 10.0, "w1_x_batched": 2.0, "questions_of_flop_ceiling": 0.4,
-           "one_token_of_bandwidth": 0.8, "prefill_x_transformers": 1.0}
+           "one_token_of_bandwidth": 0.8, "prefill_x_transformers": 1.0, "w5_x_batched": 2.0,
+           "table_million_rows_per_15_min": 1.0, "table_x_transformers": 2.0}
+TABLE_START_S = 60  # the table command's start (torch, the weights, their digest) and the sample, allowed for
+TABLE_TOKENS_PER_ROW = 225  # the document, three predicates' questions on half the rows fewer each, a classify
 QWEN_HEADS = (12, 2, 128)  # query heads, KV heads, head dim: Qwen2.5-1.5B, GQA group 6
 LLAMA_HEADS = (32, 8, 64)  # Llama-3.2-1B, group 4
 GROUP1_HEADS = (12, 12, 128)  # no GQA
@@ -291,6 +299,29 @@ def report(res: dict) -> None:
             print(f"| Quail | max_batch_tokens {size} | {r['tok_s']:,.0f} |")
         for size, r in pre["transformers"].items():
             print(f"| transformers | batch {size} | {r['tok_s']:,.0f} |")
+    w5 = res.get("w5")
+    if isinstance(w5, dict) and "quail" in w5:
+        print(f"\nW5, {w5['documents']} documents, {w5['quail']['rows']} kept, an extract of 3 fields, at most "
+              f"{w5['max_new_tokens']} tokens\n| system | seconds | tokens computed | written | x Quail's time | "
+              "outputs equal |\n|---|---:|---:|---:|---:|---:|")
+        for name, r in (("Quail", w5["quail"]), (f"transformers generate, batches of {w5['batch']}", w5["batched"])):
+            print(f"| {name} | {r['seconds']:.2f} | {r['computed']:,} | {r['generated']:,} | "
+                  f"{r['seconds'] / w5['quail']['seconds']:.2f} | {r.get('outputs_equal', '-')} |")
+    table = res.get("table")
+    if isinstance(table, dict) and "seconds" in table:
+        hf = table["transformers_sample"]
+        print(f"\ntable, {table['rows']:,} rows of {table['document_tokens_mean']:.0f} tokens, a 3-predicate filter "
+              f"({table['kept']:,} kept) then a classify of 5 labels, `quail pipeline` from its start")
+        print("| seconds | tokens computed | tok/s | MFU | peak GPU memory GiB | arena pages (peak) | min per 10^6 "
+              "rows | min for 10^7 rows on 8 | x transformers |\n" + "|---:" * 9 + "|")
+        print(f"| {table['seconds']:.1f} | {table['tokens_computed']:,} | {table['tok_s']:,.0f} | "
+              f"{fmt(table['mfu'])} | {fmt(table['peak_memory_gib'])} | "
+              f"{table['arena_pages']:,} ({table['pages_peak']:,}) | "
+              f"{table['minutes_per_million_rows']:.1f} | {table['minutes_ten_million_rows_8_workers']:.1f} | "
+              f"{table['x_transformers']:.2f} |")
+        print(f"transformers, batches of {hf['batch']}: {hf['rows']:,} rows in {hf['seconds']:.1f} s "
+              f"({table['transformers_minutes_per_million_rows']:.1f} min per 10^6 rows)"
+              + (f"; rows cut from {table['rows_asked']:,} to fit the budget" if table.get("rows_asked") else ""))
     t = res.get("targets", {})
     print("\n| target | value | wanted | verdict |\n|---|---:|---:|---|")
     for key, goal in TARGETS.items():
@@ -311,6 +342,12 @@ def targets(res: dict) -> dict:
     p = res.get("prefill_tok_s") or {}
     if p.get("quail") and p.get("transformers"):
         out["prefill_x_transformers"] = p["quail"] / p["transformers"]
+    if (res.get("w5") or {}).get("x_batched"):
+        out["w5_x_batched"] = res["w5"]["x_batched"]
+    table = res.get("table") or {}
+    if "minutes_per_million_rows" in table:
+        out["table_million_rows_per_15_min"] = 15 / table["minutes_per_million_rows"]
+        out["table_x_transformers"] = table["x_transformers"]
     return out
 
 
@@ -335,7 +372,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kv-gib", type=float, help="Quail's KV arena (default 16 GiB; 0.0625 with --small)")
     ap.add_argument("--budget-s", type=float, default=420,
                     help="repeats stop once one more would end past this many seconds from the start")
-    ap.add_argument("--sections", default="ceilings,kernel,attention,model,w1,prefill")
+    ap.add_argument("--table-rows", type=int, help="the table run's rows (default 200,000; 300 with --small), fewer "
+                    "if W1's rate says they would not fit the budget")
+    ap.add_argument("--table-sample", type=int, help="transformers' rows of the table (default 5,000; 40 with --small)")
+    ap.add_argument("--sections", default="ceilings,kernel,attention,model,w1,prefill,w5,table")
     args = ap.parse_args(argv)
 
     clock_start = time.perf_counter()
@@ -475,12 +515,65 @@ def main(argv: list[str] | None = None) -> None:
                                 "by_max_batch_tokens": {k: r["tok_s"] for k, r in p["quail"].items()},
                                 "transformers_by_batch": {k: r["tok_s"] for k, r in p["transformers"].items()}}
 
+    def do_w5():
+        if "session" not in state:
+            raise RuntimeError("the model section failed")
+        from bench.e2e import extract as w5
+
+        s, texts = state["session"], state["texts"][: 8 if small else 64]
+        probe, _ = s.filter(texts, [w5.PREDICATE], 0.0)
+        threshold = state["gpu_w1"].median_p(p[0] for p in probe.p_yes)  # the random model keeps half
+        w5.quail_run(s, texts[:4], threshold)  # compiles
+        gpu_w1 = state["gpu_w1"]
+        times, quail = gpu_w1.timed(lambda: w5.quail_run(s, texts, threshold), device, repeats, clock)
+        docs = s.layout.documents(texts)
+        predicate = w5.render_filter(s.layout, [w5.PREDICATE])[0]
+        question = w5.render_extract(s.layout, "Extract these fields from the document.", w5.FIELDS)
+        batch = 16
+        # llguidance masks the logits in a torch.compile'd function: compiled here, for either batch shape
+        w5.transformers_run(state["hf"], s, docs[:2] + docs[-batch:], predicate, question, batch, 0.0)
+        outs, fed, hf_s = w5.transformers_run(state["hf"], s, docs, predicate, question, batch, threshold)
+        quail["seconds"] = statistics.median(times)
+        res["w5"] = {"documents": len(texts), "threshold": threshold, "max_new_tokens": w5.MOST, "batch": batch,
+                     "quail": {k: v for k, v in quail.items() if k != "outputs"},
+                     "batched": {"seconds": hf_s, "rows": len(outs), "computed": fed,
+                                 "generated": sum(map(len, outs)),
+                                 "outputs_equal": sum(a == b for a, b in zip(outs, quail["outputs"]))},
+                     "x_batched": hf_s / quail["seconds"]}
+        print(f"  W5: Quail {quail['seconds']:.2f} s, transformers batched {hf_s:.2f} s", flush=True)
+
+    def do_table():
+        if "session" not in state:
+            raise RuntimeError("the model section failed")
+        from bench.gpu import table as gpu_table
+
+        rows = args.table_rows or (300 if small else 200_000)
+        w1 = res.get("w1") or {}
+        if w1.get("quail_s"):  # the rows W1's rate says fit what is left of the budget
+            rate = w1["tokens_computed"] / w1["quail_s"]
+            left = clock.deadline - time.perf_counter() - TABLE_START_S
+            fit = max(1000, int(left * rate / TABLE_TOKENS_PER_ROW) // 1000 * 1000)
+            if fit < rows:
+                print(f"  {rows:,} rows would not fit the budget at W1's {rate:,.0f} tok/s: {fit:,}", flush=True)
+                res["table_rows_asked"], rows = rows, fit
+        s = state["session"]
+        folder = Path(os.environ["QUAIL_HOME"]) / "table"
+        res["table"] = gpu_table.run_table(
+            s, state["hf"], args.tokenizer, state["texts"], state["predicates"], device, rows,
+            min(rows, args.table_sample or (40 if small else 5000)), 8 if small else 64,
+            s.engine.settings.max_batch_tokens, ceil["flops"], folder, log=lambda m: print(m, flush=True))
+        if "table_rows_asked" in res:
+            res["table"]["rows_asked"] = res.pop("table_rows_asked")
+        shutil.rmtree(folder, ignore_errors=True)  # the model's 3 GB
+
     section("ceilings", do_ceilings)
     section("kernel", do_kernel)
     section("attention", do_attention)
     section("model", do_model)
     section("w1", do_w1)
     section("prefill", do_prefill)
+    section("w5", do_w5)
+    section("table", do_table)
     save()
     table = io.StringIO()
     with contextlib.redirect_stdout(table):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 # What the engine imports beyond the GPU machine's torch/transformers stack, as wheels for its
 # Python; bench/gpu/check.sh unpacks those that do not import there.
-GPU_WHEELS = ("pydantic", "pydantic_core", "annotated-types", "typing-inspection", "llguidance")
+GPU_WHEELS = ("pydantic", "pydantic_core", "annotated-types", "typing-inspection", "llguidance",
+              "SQLAlchemy")  # the answer store of the table run's `quail pipeline`
 GPU_PYTHON = "3.12"
 
 

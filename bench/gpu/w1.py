@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common.systems import Question, Stage, Transformers, decide, left_padded
+from bench.common.systems import Stage, Transformers, decide, left_padded, yes_no
 from quail.constants import DEFAULT_MAX_BATCH_TOKENS, PAGE_SIZE
 from quail.executor.engine import PhysicalSettings
 from quail.executor.model_runner import Chunk, ModelRunner
@@ -26,7 +26,6 @@ from quail.model.config import ModelConfig
 from quail.model.llama import LlamaModel
 from quail.model.loader import LoadedModel
 from quail.model.tokenizer import Tokenizer
-from quail.ops.scoring import p_yes
 from quail.session import Session
 
 # Qwen2.5-1.5B's shape. The vocabulary stays Qwen's 151936 rows (the embedding's and the tied head's
@@ -127,11 +126,6 @@ def median_p(probs) -> float:
     v = sorted(probs)
     k = len(v) // 2
     return float((v[k - 1] + v[k]) / 2) if len(v) > 1 else float(v[0])
-
-
-def yes_no(s: Session, question: list[int]) -> Question:
-    ids, n_yes = s.layout.yes_no.ids, len(s.layout.yes_no.yes)
-    return Question(question, 1, lambda lp: [p_yes(lp[-1][ids], n_yes)])
 
 
 def run_w1(s: Session, hf, texts: list[str], predicates: list[str], device: torch.device, repeats: int, clock,

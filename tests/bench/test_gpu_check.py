@@ -32,4 +32,8 @@ def test_the_gpu_check_smoke_run_writes_every_key(tmp_path):
     assert set(doc["w1"]) >= {"quail_s", "rowwise_s", "batched_s", "tokens_computed", "tokens_naive"}
     assert set(doc["prefill_tok_s"]) >= {"quail", "transformers"}
     assert {"questions_of_flop_ceiling", "one_token_of_bandwidth", "tuned"} <= set(doc)
+    assert doc["w5"]["quail"]["generated"] > 0 and doc["w5"]["batched"]["generated"] > 0  # kept rows, written
+    table = doc["table"]  # the table through `quail pipeline`: every row read, the filter's rows classified
+    assert table["rows"] == 300 and 0 < table["kept"] < 300 and table["tokens_computed"] <= table["tokens_naive"]
+    assert {"seconds", "tok_s", "mfu", "peak_memory_gib", "minutes_per_million_rows", "x_transformers"} <= set(table)
     assert doc["w1"]["tokens_computed"] < doc["w1"]["tokens_naive"] and doc["kernel_ok"]

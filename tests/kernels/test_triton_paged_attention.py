@@ -58,7 +58,7 @@ def _at_the_arenas_end(ragged, heads, kv_heads, dim, dtype):
 
 # a 0-query sequence in the middle (a sequence with nothing new this pass), one-token steps on long
 # and short keys, a question on a kept document, and a prefill; the last ends on the arena's last page
-SPLIT_RAGGED = [(9, 300), (0, 40), (1, 333), (37, 37), (1, 3), (20, 270)]
+SPLIT_RAGGED = [(9, 300), (0, 40), (1, 333), (21, 21), (1, 3), (7, 270)]
 
 
 @pytest.mark.parametrize("heads,kv_heads,dim,splits,dtype,tol", [
@@ -111,7 +111,7 @@ def test_the_tuner_times_each_candidate_once_per_shape_and_keeps_the_fastest():
         launched.append(c)
         return paged_attention_triton(q, k, v, meta, 0.25, splits=1, tune=False)
 
-    options = candidates(16, 16)
+    options = candidates(16, 16)[:3]
     first = tuner.config(("a",), options, launch, wall_milliseconds)
     assert first in options and len(launched) == 2 * len(options)  # a compile and a timing each
     assert tuner.config(("a",), options, launch, wall_milliseconds) == first and len(launched) == 2 * len(options)
@@ -139,7 +139,7 @@ def _ptxas(arch: int) -> str:
                                   "compile_ptx(90, 6, 128, bm=32)", "compile_ptx(90, 6, 128, bm=64)",
                                   "compile_ptx(90, 6, 128, bm=16, split=True)",
                                   "compile_ptx(90, 1, 128, bm=64, split=True, config=Config(128, 8, 3))",
-                                  "compile_merge_ptx(90, 128)"])
+                                  "compile_merge_ptx(90, 12, 128)", "compile_merge_ptx(90, 64, 128)"])
 def test_compiles_for_hopper_without_spills(tmp_path, call):
     """In a process of its own, where the kernel module is decorated for the compiler."""
     ptx = tmp_path / "kernel.ptx"

@@ -103,23 +103,30 @@ def paged_attention_kernel(
 @triton.jit
 def merge_kernel(part_ptr, lse_ptr, out_ptr, splits, heads,
                  stride_ps, stride_pt, stride_ph, stride_ls, stride_lt, stride_ot, stride_oh,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
-    """One (token, head): the splits' partial outputs weighted by their share of the softmax."""
-    t = tl.program_id(0) // heads
-    h = tl.program_id(0) % heads
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr):
+    """One token, all its heads: the splits' partial outputs weighted by their share of the softmax."""
+    t = tl.program_id(0)
+    h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
-    top = tl.load(lse_ptr + t * stride_lt + h)
+    h_ok = h < heads
+    mask = h_ok[:, None] & (d[None, :] < HEAD_DIM)
+    top = tl.load(lse_ptr + t * stride_lt + h, mask=h_ok, other=0.0)
     for s in range(1, splits):
-        top = tl.maximum(top, tl.load(lse_ptr + s * stride_ls + t * stride_lt + h))
-    total = tl.zeros([BLOCK_D], tl.float32)
-    weight = 0.0
+        top = tl.maximum(top, tl.load(lse_ptr + s * stride_ls + t * stride_lt + h, mask=h_ok, other=0.0))
+    total = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    weight = tl.zeros([BLOCK_H], tl.float32)
     for s in range(splits):
-        w = tl.exp2(tl.load(lse_ptr + s * stride_ls + t * stride_lt + h) - top)
-        part = tl.load(part_ptr + s * stride_ps + t * stride_pt + h * stride_ph + d, mask=d < HEAD_DIM, other=0.0)
-        total += w * part
+        w = tl.exp2(tl.load(lse_ptr + s * stride_ls + t * stride_lt + h, mask=h_ok, other=0.0) - top)
+        part = tl.load(part_ptr + s * stride_ps + t * stride_pt + h[:, None] * stride_ph + d[None, :], mask=mask,
+                       other=0.0)
+        total += w[:, None] * part
         weight += w
-    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, (total / weight).to(out_ptr.dtype.element_ty),
-             mask=d < HEAD_DIM)
+    tl.store(out_ptr + t * stride_ot + h[:, None] * stride_oh + d[None, :],
+             (total / weight[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def merge_warps(heads: int, head_dim: int) -> int:
+    return 4 if triton.next_power_of_2(heads) * triton.next_power_of_2(head_dim) <= 4096 else 8
 
 
 def block_m(q_len: np.ndarray, group: int, head_dim: int) -> int:
@@ -271,9 +278,10 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     config = TUNER.config(key, candidates(rows, D), launch, timer)
     launch(config)
     if split:
-        merge_kernel[(T * H,)](target, lse, out, splits, H, target.stride(0), target.stride(1), target.stride(2),
-                               lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-                               HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), num_warps=1 if not q.is_cuda else 2)
+        merge_kernel[(T,)](target, lse, out, splits, H, target.stride(0), target.stride(1), target.stride(2),
+                           lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), HEAD_DIM=D,
+                           BLOCK_D=triton.next_power_of_2(D), BLOCK_H=triton.next_power_of_2(H),
+                           num_warps=merge_warps(H, D) if q.is_cuda else 1)
     return out
 
 
@@ -300,14 +308,15 @@ def compile_ptx(arch: int, group: int, head_dim: int, dtype: str = "bf16", bm: i
     return compiled.asm["ptx"]
 
 
-def compile_merge_ptx(arch: int, head_dim: int, dtype: str = "bf16") -> str:
+def compile_merge_ptx(arch: int, heads: int, head_dim: int, dtype: str = "bf16") -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     ints = ["splits", "heads", "stride_ps", "stride_pt", "stride_ph", "stride_ls", "stride_lt", "stride_ot",
             "stride_oh"]
     signature = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": f"*{dtype}", **dict.fromkeys(ints, "i32")}
-    constants = {"HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim)}
+    constants = {"HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim),
+                 "BLOCK_H": triton.next_power_of_2(heads)}
     compiled = triton.compile(ASTSource(merge_kernel, signature | dict.fromkeys(constants, "constexpr"), constants),
-                              target=GPUTarget("cuda", arch, 32), options={"num_warps": 2})
+                              target=GPUTarget("cuda", arch, 32), options={"num_warps": merge_warps(heads, head_dim)})
     return compiled.asm["ptx"]

@@ -250,6 +250,7 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     seqs = len(meta.page_tables)
     if splits is None:
         splits = kv_splits(seqs * tiles * kv_heads, _processors(q.device), dm["longest_k"])
+    dm["splits"] = splits  # what the last layer's launch chose, for the GPU check
     out = torch.empty_like(q)
     split = splits > 1
     if split:

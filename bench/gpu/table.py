@@ -3,9 +3,11 @@ runs it. Documents of about 150 tokens; a filter of W1's 3 predicates, then a cl
 over the rows it kept, as one `quail pipeline` in a process of its own, on the check's model of
 Qwen2.5-1.5B's shape (random weights, bf16) written as a safetensors directory with SmolLM2's
 tokenizer. Measured: the command's wall time from its start, the tokens it computed (its stats),
-tok/s, model FLOP utilisation against the measured bf16 matmul ceiling, the GPU memory the process
-held at its peak (nvidia-smi, sampled) and the arena's pages; transformers in batches on a sample
-of the same table, for the ratio; the extrapolation to 10^6 rows and to 10^7 rows on 8 workers.
+tok/s, model FLOP utilisation against the measured bf16 matmul ceiling, the GPU memory the command
+took at its peak (nvidia-smi, sampled: its arena takes --gpu-memory-utilization of what was free,
+by design, so the arena's peak pages say what the table needed); transformers in batches on a
+sample of the same table, for the ratio; the extrapolation to 10^6 rows and to 10^7 rows on 8
+workers.
 
 The documents are random words drawn from W1's texts: distinct rows (a repeated row would be
 answered once, which flatters the rate), and the threshold is the median P(yes) of the first
@@ -58,25 +60,30 @@ def pipeline_file(folder: Path, predicates: list[str], threshold: float) -> Path
 
 
 class GpuMemory:
-    """The most GPU memory a process held, sampled from nvidia-smi every half second."""
+    """The most device memory a process added to what the GPU held before it started: the GPU's
+    used memory (nvidia-smi, every half second) less its use before (the check's own process holds
+    still meanwhile). A container's nvidia-smi often lists no process of its own, so not per pid."""
 
-    def __init__(self, pid: int):
-        self.pid, self.peak_mib, self._stop = pid, 0, threading.Event()
+    def __init__(self):
+        self.before, self.peak_mib, self._stop = self._used(), 0, threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
+    @staticmethod
+    def _used() -> int | None:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i",
+                                  str(torch.cuda.current_device())], capture_output=True, text=True, timeout=10).stdout
+            return int(out.split()[0])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            return None
+
     def _sample(self) -> None:
         while not self._stop.wait(0.5):
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                                      "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                     timeout=10).stdout
-            except (OSError, subprocess.TimeoutExpired):
+            used = self._used()
+            if used is None or self.before is None:
                 return
-            for line in out.splitlines():
-                pid, _, mib = line.partition(",")
-                if pid.strip() == str(self.pid) and mib.strip().isdigit():
-                    self.peak_mib = max(self.peak_mib, int(mib))
+            self.peak_mib = max(self.peak_mib, used - self.before)
 
     def stop(self) -> float | None:
         self._stop.set()
@@ -97,8 +104,8 @@ def run_cli(folder: Path, pipeline: Path, model: Path, device: torch.device, max
            "--device", str(device), "--dtype", "bfloat16", "--max-batch-tokens", str(max_batch_tokens)]
     start = time.perf_counter()
     with open(folder / "cli.log", "w") as out:
+        memory = GpuMemory() if device.type == "cuda" else None
         proc = subprocess.Popen(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT)
-        memory = GpuMemory(proc.pid) if device.type == "cuda" else None
         rc = proc.wait()
     seconds = time.perf_counter() - start
     peak = memory.stop() if memory else None

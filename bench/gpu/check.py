@@ -454,9 +454,9 @@ def main(argv: list[str] | None = None) -> None:
         res["one_token_of_bandwidth"] = least("one-token", "of bandwidth")
         from quail.kernels.triton_paged_attention import TUNER
 
-        res["tuned"] = [{"group": k[0], "head_dim": k[1], "page": k[2], "block_m": k[3], "split": k[4],
-                         "dtype": str(k[5]), "block_n": c.block_n, "num_warps": c.num_warps,
-                         "num_stages": c.num_stages} for k, c in TUNER.chosen.items()]
+        res["tuned"] = [dict(zip(("group", "head_dim", "page", "block_m", "split", "wide", "dtype"), map(str, k)))
+                        | {"block_n": c.block_n, "num_warps": c.num_warps, "num_stages": c.num_stages}
+                        for k, c in TUNER.chosen.items()]
 
     def do_model():
         from bench.gpu import w1 as gpu_w1

@@ -84,6 +84,15 @@ def test_each_tile_of_rows_gives_the_reference(bm):
         torch.testing.assert_close(split, got, atol=1e-5, rtol=1e-5)
 
 
+def test_int64_offsets_for_an_arena_past_2_to_the_31_give_the_reference(monkeypatch):
+    import quail.kernels.triton_paged_attention as tpa
+
+    monkeypatch.setattr(tpa, "WIDE_ELEMENTS", 1)  # every cache takes the wide path
+    q, k, v, meta = _at_the_arenas_end(SPLIT_RAGGED, 6, 2, 32, torch.float32)
+    got = paged_attention_triton(q, k, v, meta, 0.2, splits=2)
+    torch.testing.assert_close(got.double(), _written_out(q, k, v, meta, 0.2), atol=1e-4, rtol=1e-4)
+
+
 def test_the_tile_fits_the_batchs_rows():
     assert block_m(np.array([32] * 256), 6, 64) == 64  # 192 rows a question: 128 would pad a third
     assert block_m(np.array([2048] * 4), 6, 64) == 128

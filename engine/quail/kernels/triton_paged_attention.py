@@ -29,6 +29,7 @@ import triton.testing
 BLOCK_MS = (128, 64, 32, 16)  # tl.dot wants at least 16 rows
 MIN_KEYS_PER_SPLIT = 256  # fewer, and the merge costs more than the split gains
 MAX_SPLITS = 16
+WIDE_ELEMENTS = 2**31  # a layer's cache this large or larger takes int64 offsets
 EMPTY = tl.constexpr(-1.0e30)  # the log-sum-exp of a split that saw no key: weight 0 in the merge
 
 
@@ -39,7 +40,7 @@ def paged_attention_kernel(
     stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_os, stride_ot, stride_oh, stride_tb,
     stride_ls, stride_lt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr, WIDE: tl.constexpr,
 ):
     pid = tl.program_id(0)  # tile fastest, then split, KV head, sequence
     tile = pid % tiles
@@ -76,6 +77,8 @@ def paged_attention_kernel(
         n = start + tl.arange(0, BLOCK_N)
         n_ok = n < hi
         page = tl.load(table_ptr + seq * stride_tb + n // PAGE, mask=n_ok, other=0)
+        if WIDE:  # int32 offsets would wrap; int64 ones cost registers (the tuner skips what spills)
+            page = page.to(tl.int64)
         kv_off = page * stride_kp + (n % PAGE) * stride_ks + kv_head * stride_kh
         kv_mask = n_ok[:, None] & (d[None, :] < HEAD_DIM)
         k = tl.load(k_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
@@ -226,8 +229,7 @@ def _device_meta(meta, group: int, head_dim: int) -> dict:
 
         bm = block_m(meta.q_len, group, head_dim)
         cached = {"table": as_t(meta.padded_tables()), "q_start": as_t(meta.q_start), "q_len": as_t(meta.q_len),
-                  "k_len": as_t(meta.k_len), "block_m": bm,
-                  "tiles": max(1, -(-int(meta.q_len.max()) * group // bm)), "longest_k": int(meta.k_len.max())}
+                  "k_len": as_t(meta.k_len), "block_m": bm, "longest_k": int(meta.k_len.max())}
         meta._triton = cached
     return cached
 
@@ -251,6 +253,7 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if splits is None:
         splits = kv_splits(seqs * tiles * kv_heads, _processors(q.device), dm["longest_k"])
     dm["splits"] = splits  # what the last layer's launch chose, for the GPU check
+    wide = k_cache.numel() >= WIDE_ELEMENTS
     out = torch.empty_like(q)
     split = splits > 1
     if split:
@@ -270,11 +273,12 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), os_, ot, oh,
             dm["table"].stride(0), ls, lt,
             GROUP=group, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_M=rows, BLOCK_N=c.block_n,
-            PAGE=meta.page_size, SPLIT=split, UPCAST=upcast, num_warps=c.num_warps if q.is_cuda else 1,
+            PAGE=meta.page_size, SPLIT=split, UPCAST=upcast, WIDE=wide,
+            num_warps=c.num_warps if q.is_cuda else 1,
             num_stages=c.num_stages if q.is_cuda else 1,
         )
 
-    key = (group, D, meta.page_size, rows, split, q.dtype)
+    key = (group, D, meta.page_size, rows, split, wide, q.dtype)
     timer = (cuda_milliseconds if q.is_cuda else wall_milliseconds) if (q.is_cuda if tune is None else tune) else None
     config = TUNER.config(key, candidates(rows, D), launch, timer)
     launch(config)
@@ -287,7 +291,7 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
 
 def compile_ptx(arch: int, group: int, head_dim: int, dtype: str = "bf16", bm: int = 64, split: bool = False,
-                config: Config | None = None) -> str:
+                config: Config | None = None, wide: bool = False) -> str:
     """PTX for a CUDA architecture (90: Hopper) at a tile and config (default: the untimed one),
     compiled ahead of time without a GPU; ptxas on it reports registers and spills."""
     from triton.backends.compiler import GPUTarget
@@ -301,7 +305,7 @@ def compile_ptx(arch: int, group: int, head_dim: int, dtype: str = "bf16", bm: i
                  "table_ptr": "*i32", "q_start_ptr": "*i32", "q_len_ptr": "*i32", "k_len_ptr": "*i32",
                  "scale_log2": "fp32", **dict.fromkeys(ints, "i32")}
     constants = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim), "BLOCK_M": bm,
-                 "BLOCK_N": c.block_n, "PAGE": 16, "SPLIT": split, "UPCAST": False}
+                 "BLOCK_N": c.block_n, "PAGE": 16, "SPLIT": split, "UPCAST": False, "WIDE": wide}
     compiled = triton.compile(ASTSource(paged_attention_kernel, signature | dict.fromkeys(constants, "constexpr"),
                                         constants),
                               target=GPUTarget("cuda", arch, 32),

@@ -98,19 +98,26 @@ def save_model(hf, tokenizer_file: str, folder: Path) -> Path:
     return folder
 
 
-def run_cli(folder: Path, pipeline: Path, model: Path, device: torch.device, max_batch_tokens: int, log) -> dict:
-    """`quail pipeline` on the table, timed from the command's start; its stats and peak memory."""
+def run_cli(folder: Path, pipeline: Path, model: Path, device: torch.device, max_batch_tokens: int,
+            timeout: float | None, log) -> dict:
+    """`quail pipeline` on the table, timed from the command's start; its stats and peak memory. A
+    command still running after `timeout` seconds is killed, and the section fails saying so."""
     cmd = [sys.executable, "-m", "quail.cli", "pipeline", str(pipeline), "--model", str(model),
            "--device", str(device), "--dtype", "bfloat16", "--max-batch-tokens", str(max_batch_tokens)]
     start = time.perf_counter()
     with open(folder / "cli.log", "w") as out:
         memory = GpuMemory() if device.type == "cuda" else None
         proc = subprocess.Popen(cmd, cwd=folder, stdout=out, stderr=subprocess.STDOUT)
-        rc = proc.wait()
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            rc = f"killed after {timeout:.0f} s, past the budget"
     seconds = time.perf_counter() - start
     peak = memory.stop() if memory else None
     if rc:
-        raise RuntimeError(f"quail pipeline exited {rc}: {(folder / 'cli.log').read_text()[-2000:]}")
+        raise RuntimeError(f"quail pipeline: {rc}: {(folder / 'cli.log').read_text()[-2000:]}")
     stats = {name: json.loads((folder / f"{name}.parquet.stats.json").read_text()) for name in ("kept", "topic")}
     log(f"  quail pipeline: {seconds:.1f} s; " + "; ".join(
         f"{n}: {st['rows_out']:,} rows, {st['tokens_computed']:,} computed, {st['seconds']:.1f} s"
@@ -141,7 +148,7 @@ def transformers_sample(s: Session, hf, texts: list[str], predicates: list[str],
 
 def run_table(s: Session, hf, tokenizer_file: str, vocabulary: list[str], predicates: list[str],
               device: torch.device, rows: int, sample: int, batch: int, max_batch_tokens: int, flops_ceiling: float,
-              folder: Path, log) -> dict:
+              folder: Path, deadline: float | None, log) -> dict:
     """The table run and the transformers sample; the figures the GPU check records as `table`."""
     folder.mkdir(parents=True, exist_ok=True)
     texts = documents(rows, vocabulary, s)
@@ -151,7 +158,9 @@ def run_table(s: Session, hf, tokenizer_file: str, vocabulary: list[str], predic
     start = time.perf_counter()
     model = save_model(hf, tokenizer_file, folder / "model")
     log(f"  {rows:,} rows written, the model saved in {time.perf_counter() - start:.1f} s; threshold {threshold:.4f}")
-    quail = run_cli(folder, pipeline_file(folder, predicates, threshold), model, device, max_batch_tokens, log)
+    timeout = None if deadline is None else max(1.0, deadline - time.perf_counter())
+    quail = run_cli(folder, pipeline_file(folder, predicates, threshold), model, device, max_batch_tokens, timeout,
+                    log)
     hf_sample = transformers_sample(s, hf, texts[:sample], predicates, threshold, device, batch)
     log(f"  transformers, batches of {batch}: {hf_sample['rows']:,} rows in {hf_sample['seconds']:.1f} s, "
         f"{hf_sample['kept']:,} kept")

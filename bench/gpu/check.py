@@ -153,7 +153,7 @@ def kernel_configs(small) -> list[tuple[str, tuple, dict]]:
     qwen = "qwen" if small else "qwen2.5-1.5b"
     return [(qwen, h["qwen"], {}), (qwen + ", keys in 5 splits", h["qwen"], {"splits": 5}),
             ("llama" if small else "llama-3.2-1b", h["llama"], {}), ("group 1", h["group 1"], {}),
-            ("group 1, BLOCK_M 16", h["group 1"], {"bm": 16}), ("group 1, BLOCK_M 128", h["group 1"], {"bm": 128})]
+            ("group 1, BLOCK_M 16", h["group 1"], {"bm": 16}), ("group 1, BLOCK_M 32", h["group 1"], {"bm": 32})]
 
 
 def attend(q, k, v, meta, scale, overrides: dict):

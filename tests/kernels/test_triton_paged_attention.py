@@ -16,6 +16,7 @@ from quail.kernels.paged_attention import AttentionMeta, paged_attention_referen
 from quail.kernels.triton_paged_attention import (
     BLOCK_MS,
     SPILL_FREE,
+    Config,
     Tuner,
     block_m,
     wall_milliseconds,
@@ -133,6 +134,7 @@ def test_every_tile_has_spill_free_candidates_at_two_depths():
         c = candidates(bm, dims)
         assert len(set(c)) == len(c) == 2 * len(SPILL_FREE[bm, dims]) and {x.num_stages for x in c} == {2, 3}
     assert {bm for bm, dims in SPILL_FREE if dims == 64} == set(BLOCK_MS)
+    assert candidates(128, 128) == [Config(64, 8, 2), Config(64, 8, 3)]  # outside the table: forced, may spill
 
 
 def _ptxas(arch: int) -> str:

@@ -20,7 +20,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from bench.common.results import parser, write_json
 from bench.common.systems import left_padded, transformers_model
-from quail.kinds.extract import json_schema, parse_fields
+from quail.kinds.extract import DEFAULT_INSTRUCTION, json_schema, parse_fields
 from quail.kinds.extract import render as render_extract
 from quail.kinds.filter import render as render_filter
 from quail.ops import grammar
@@ -132,8 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     s = Session.open(model, args.dtype)
     texts = reference_documents(n, s.loaded.tokenizer)
     docs = s.layout.documents(texts)
-    predicate, question = render_filter(s.layout, [PREDICATE])[0], render_extract(s.layout, "Extract these fields "
-                                                                                  "from the document.", FIELDS)
+    predicate, question = render_filter(s.layout, [PREDICATE])[0], render_extract(s.layout, DEFAULT_INSTRUCTION, FIELDS)
     results, spent = {}, [0.0]
     timed(spent)
     for name, reuse in (("quail", True), ("quail, no reuse", False)):

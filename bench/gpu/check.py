@@ -215,7 +215,8 @@ def time_case(device, name, heads, kv_heads, dim, case, shapes, variants, ceil) 
         graph_ms = bench_graph(fn, device)
         tflops, tbs = flops / ms / 1e9, bytes_ / ms / 1e9
         row = {"check": f"attention {name}{label} {heads}/{kv_heads}x{dim}: {case}", "case": case, "heads": name,
-               "variant": label.lstrip(", ") or "as run", "splits": (meta._triton or {}).get("splits"), "ms": ms,
+               "variant": label.lstrip(", ") or "as run",
+               "splits": overrides.get("splits") or (meta._triton or {}).get("splits"), "ms": ms,
                "TFLOP/s": tflops, "TB/s": tbs,
                "of FLOP ceiling": tflops * 1e12 / ceil["flops"], "of bandwidth": tbs * 1e12 / ceil["bandwidth"]}
         if graph_ms is not None:
@@ -528,15 +529,14 @@ def main(argv: list[str] | None = None) -> None:
             raise RuntimeError("the model section failed")
         from bench.e2e import extract as w5
 
-        s, texts = state["session"], state["texts"][: 8 if small else 64]
+        s, texts, gpu_w1 = state["session"], state["texts"][: 8 if small else 64], state["gpu_w1"]
         probe, _ = s.filter(texts, [w5.PREDICATE], 0.0)
-        threshold = state["gpu_w1"].median_p(p[0] for p in probe.p_yes)  # the random model keeps half
+        threshold = gpu_w1.median_p(p[0] for p in probe.p_yes)  # the random model keeps half
         w5.quail_run(s, texts[:4], threshold)  # compiles
-        gpu_w1 = state["gpu_w1"]
         times, quail = gpu_w1.timed(lambda: w5.quail_run(s, texts, threshold), device, repeats, clock)
         docs = s.layout.documents(texts)
         predicate = w5.render_filter(s.layout, [w5.PREDICATE])[0]
-        question = w5.render_extract(s.layout, "Extract these fields from the document.", w5.FIELDS)
+        question = w5.render_extract(s.layout, w5.DEFAULT_INSTRUCTION, w5.FIELDS)
         batch = 16
         # llguidance masks the logits in a torch.compile'd function: compiled here, for either batch shape
         w5.transformers_run(state["hf"], s, docs[:2] + docs[-batch:], predicate, question, batch, 0.0)

@@ -16,7 +16,7 @@ from quail.kernels.paged_attention import AttentionMeta, paged_attention_referen
 from quail.kernels.triton_paged_attention import (
     BLOCK_MS,
     SPILL_FREE,
-    Config,
+    LaunchConfig,
     Tuner,
     block_m,
     wall_milliseconds,
@@ -134,7 +134,8 @@ def test_every_tile_has_spill_free_candidates_at_two_depths():
         c = candidates(bm, dims)
         assert len(set(c)) == len(c) == 2 * len(SPILL_FREE[bm, dims]) and {x.num_stages for x in c} == {2, 3}
     assert {bm for bm, dims in SPILL_FREE if dims == 64} == set(BLOCK_MS)
-    assert candidates(128, 128) == [Config(64, 8, 2), Config(64, 8, 3)]  # outside the table: forced, may spill
+    # outside the table (forced by a test or a benchmark): one config, which may spill
+    assert candidates(128, 128) == [LaunchConfig(64, 8, 2), LaunchConfig(64, 8, 3)]
 
 
 def _ptxas(arch: int) -> str:
@@ -149,13 +150,13 @@ def _ptxas(arch: int) -> str:
                                   "compile_ptx(90, 6, 128, bm=16)",
                                   "compile_ptx(90, 6, 128, bm=32)", "compile_ptx(90, 6, 128, bm=64)",
                                   "compile_ptx(90, 6, 128, bm=16, split=True)",
-                                  "compile_ptx(90, 1, 128, bm=64, split=True, config=Config(128, 8, 3))",
+                                  "compile_ptx(90, 1, 128, bm=64, split=True, config=LaunchConfig(128, 8, 3))",
                                   "compile_merge_ptx(90, 12, 128)", "compile_merge_ptx(90, 64, 128)"])
 def test_compiles_for_hopper_without_spills(tmp_path, call):
     """In a process of its own, where the kernel module is decorated for the compiler."""
     ptx = tmp_path / "kernel.ptx"
-    code = ("import sys; from quail.kernels.triton_paged_attention import Config, compile_ptx, compile_merge_ptx; "
-            f"open(sys.argv[1], 'w').write({call})")
+    code = ("import sys; from quail.kernels.triton_paged_attention import LaunchConfig, compile_ptx, "
+            f"compile_merge_ptx; open(sys.argv[1], 'w').write({call})")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_DEFAULT_FP_FUSION": "1"}
     subprocess.run([sys.executable, "-c", code, str(ptx)], env=env, check=True, capture_output=True)
     report = subprocess.run([_ptxas(90), "-v", "--gpu-name", "sm_90a", str(ptx), "-o", str(tmp_path / "k.cubin")],

@@ -104,7 +104,7 @@ def paged_attention_kernel(
 
 
 @triton.jit
-def merge_kernel(part_ptr, lse_ptr, out_ptr, splits, heads,
+def merge_kernel(partial_ptr, lse_ptr, out_ptr, splits, heads,
                  stride_ps, stride_pt, stride_ph, stride_ls, stride_lt, stride_ot, stride_oh,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr):
     """One token, all its heads: the splits' partial outputs weighted by their share of the softmax."""
@@ -120,9 +120,9 @@ def merge_kernel(part_ptr, lse_ptr, out_ptr, splits, heads,
     weight = tl.zeros([BLOCK_H], tl.float32)
     for s in range(splits):
         w = tl.exp2(tl.load(lse_ptr + s * stride_ls + t * stride_lt + h, mask=h_ok, other=0.0) - top)
-        part = tl.load(part_ptr + s * stride_ps + t * stride_pt + h[:, None] * stride_ph + d[None, :], mask=mask,
+        partial = tl.load(partial_ptr + s * stride_ps + t * stride_pt + h[:, None] * stride_ph + d[None, :], mask=mask,
                        other=0.0)
-        total += w[:, None] * part
+        total += w[:, None] * partial
         weight += w
     tl.store(out_ptr + t * stride_ot + h[:, None] * stride_oh + d[None, :],
              (total / weight[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
@@ -152,7 +152,7 @@ def kv_splits(programs: int, processors: int, longest_k: int) -> int:
 
 
 @dataclass(frozen=True)
-class Config:
+class LaunchConfig:
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
@@ -173,29 +173,29 @@ def _dims(head_dim: int) -> int:
     return 64 if head_dim <= 64 else 128
 
 
-def candidates(bm: int, head_dim: int) -> list[Config]:
+def candidates(bm: int, head_dim: int) -> list[LaunchConfig]:
     """What the tuner times, two pipeline depths each; the first is what runs untimed (in the
     interpreter, in compile_ptx). A tile outside the table (forced by a test or a benchmark) gets
     one config, which may spill."""
     tiles = SPILL_FREE.get((bm, _dims(head_dim)), ((64, 8 if bm >= 64 else 4),))
-    return [Config(n, w, s) for n, w in tiles for s in (2, 3)]
+    return [LaunchConfig(n, w, s) for n, w in tiles for s in (2, 3)]
 
 
 class Tuner:
     """Times each candidate once per process and shape (GQA group, head dim, page, BLOCK_M, split,
-    dtype) on the batch at hand, then keeps the fastest; configs that spill registers are skipped.
+    wide offsets, dtype) on the batch at hand, then keeps the fastest; configs that spill registers are skipped.
     `chosen` says what it picked, for the GPU check."""
 
     def __init__(self):
-        self.chosen: dict[tuple, Config] = {}
+        self.chosen: dict[tuple, LaunchConfig] = {}
 
-    def config(self, key: tuple, options: list[Config], launch, timer) -> Config:
+    def config(self, key: tuple, options: list[LaunchConfig], launch, timer) -> LaunchConfig:
         """timer(fn) -> milliseconds, or None: the first option, untimed and not kept."""
         if key in self.chosen:
             return self.chosen[key]
         if timer is None:
             return options[0]
-        times: dict[Config, float] = {}
+        times: dict[LaunchConfig, float] = {}
         for c in options:
             if getattr(launch(c), "n_spills", 0):
                 continue
@@ -221,17 +221,23 @@ def _processors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _device_meta(meta, group: int, head_dim: int) -> dict:
-    """The batch's lengths, padded page tables and tiling, built once per forward pass (every layer
-    reuses them)."""
+def _tiles(q_len: np.ndarray, group: int, bm: int) -> int:
+    return max(1, -(-int(q_len.max()) * group // bm))
+
+
+def _device_meta(meta, group: int, kv_heads: int, head_dim: int) -> dict:
+    """The batch's lengths, padded page tables, tile and key splits, built once per forward pass
+    (every layer reuses them)."""
     cached = meta._triton
     if cached is None:
         def as_t(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(meta.device)
 
         bm = block_m(meta.q_len, group, head_dim)
+        tiles = _tiles(meta.q_len, group, bm)
+        splits = kv_splits(len(meta.page_tables) * tiles * kv_heads, _processors(meta.device), int(meta.k_len.max()))
         cached = {"table": as_t(meta.padded_tables()), "q_start": as_t(meta.q_start), "q_len": as_t(meta.q_len),
-                  "k_len": as_t(meta.k_len), "block_m": bm, "longest_k": int(meta.k_len.max())}
+                  "k_len": as_t(meta.k_len), "block_m": bm, "tiles": tiles, "splits": splits}
         meta._triton = cached
     return cached
 
@@ -248,13 +254,10 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = H // kv_heads
     if k_cache.stride() != v_cache.stride() or q.stride(2) != 1 or k_cache.stride(3) != 1:
         raise ValueError("paged attention wants contiguous head dims and K/V caches of one layout")
-    dm = _device_meta(meta, group, D)
+    dm = _device_meta(meta, group, kv_heads, D)
     rows = bm or dm["block_m"]
-    tiles = max(1, -(-int(meta.q_len.max()) * group // rows))
-    seqs = len(meta.page_tables)
-    if splits is None:
-        splits = kv_splits(seqs * tiles * kv_heads, _processors(q.device), dm["longest_k"])
-    dm["splits"] = splits  # what the last layer's launch chose, for the GPU check
+    tiles = dm["tiles"] if bm is None else _tiles(meta.q_len, group, bm)
+    splits = splits or dm["splits"]
     wide = k_cache.numel() >= WIDE_ELEMENTS
     out = torch.empty_like(q)
     split = splits > 1
@@ -265,9 +268,9 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         target, lse = out, out  # lse is not read without a split
     os_, ot, oh = (target.stride(0), target.stride(1), target.stride(2)) if split else (0, out.stride(0), out.stride(1))
     ls, lt = (lse.stride(0), lse.stride(1)) if split else (0, 0)
-    grid = (seqs * kv_heads * splits * tiles,)
+    grid = (len(meta.page_tables) * kv_heads * splits * tiles,)
 
-    def launch(c: Config):
+    def launch(c: LaunchConfig):
         return paged_attention_kernel[grid](
             q, k_cache, v_cache, target, lse, dm["table"], dm["q_start"], dm["q_len"], dm["k_len"],
             scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
@@ -292,13 +295,18 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     return out
 
 
-def compile_ptx(arch: int, group: int, head_dim: int, dtype: str = "bf16", bm: int = 64, split: bool = False,
-                config: Config | None = None, wide: bool = False) -> str:
-    """PTX for a CUDA architecture (90: Hopper) at a tile and config (default: the untimed one),
-    compiled ahead of time without a GPU; ptxas on it reports registers and spills."""
+def _ptx(kernel, signature: dict, constants: dict, arch: int, **options: int) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    source = ASTSource(kernel, signature | dict.fromkeys(constants, "constexpr"), constants)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options).asm["ptx"]
+
+
+def compile_ptx(arch: int, group: int, head_dim: int, dtype: str = "bf16", bm: int = 64, split: bool = False,
+                config: LaunchConfig | None = None, wide: bool = False) -> str:
+    """PTX for a CUDA architecture (90: Hopper) at a tile and config (default: the untimed one),
+    compiled ahead of time without a GPU; ptxas on it reports registers and spills."""
     c = config or candidates(bm, head_dim)[0]
     ints = ["tiles", "splits", "kv_heads", "stride_qt", "stride_qh", "stride_kp", "stride_ks", "stride_kh",
             "stride_os", "stride_ot", "stride_oh", "stride_tb", "stride_ls", "stride_lt"]
@@ -308,22 +316,13 @@ def compile_ptx(arch: int, group: int, head_dim: int, dtype: str = "bf16", bm: i
                  "scale_log2": "fp32", **dict.fromkeys(ints, "i32")}
     constants = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim), "BLOCK_M": bm,
                  "BLOCK_N": c.block_n, "PAGE": 16, "SPLIT": split, "UPCAST": False, "WIDE": wide}
-    compiled = triton.compile(ASTSource(paged_attention_kernel, signature | dict.fromkeys(constants, "constexpr"),
-                                        constants),
-                              target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": c.num_warps, "num_stages": c.num_stages})
-    return compiled.asm["ptx"]
+    return _ptx(paged_attention_kernel, signature, constants, arch, num_warps=c.num_warps, num_stages=c.num_stages)
 
 
 def compile_merge_ptx(arch: int, heads: int, head_dim: int, dtype: str = "bf16") -> str:
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     ints = ["splits", "heads", "stride_ps", "stride_pt", "stride_ph", "stride_ls", "stride_lt", "stride_ot",
             "stride_oh"]
-    signature = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": f"*{dtype}", **dict.fromkeys(ints, "i32")}
+    signature = {"partial_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": f"*{dtype}", **dict.fromkeys(ints, "i32")}
     constants = {"HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim),
                  "BLOCK_H": triton.next_power_of_2(heads)}
-    compiled = triton.compile(ASTSource(merge_kernel, signature | dict.fromkeys(constants, "constexpr"), constants),
-                              target=GPUTarget("cuda", arch, 32), options={"num_warps": merge_warps(heads, head_dim)})
-    return compiled.asm["ptx"]
+    return _ptx(merge_kernel, signature, constants, arch, num_warps=merge_warps(heads, head_dim))

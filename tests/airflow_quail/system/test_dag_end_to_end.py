@@ -1,6 +1,7 @@
 """The example DAGs through a real Airflow (`airflow dags test`): every task is its own process,
 the hook starts a local worker on demand, later tasks reuse KV that earlier ones computed, and a
-run with reuse switched off gives the same outputs."""
+run with reuse switched off gives the same outputs. The jokes DAG's run with reuse defers its
+tasks to the triggerer, which changes nothing of what they reuse or write."""
 
 import json
 
@@ -29,14 +30,16 @@ def _jokes_outputs(out, db) -> dict:
     return tables | {t: pq.read_table(out / f"{t}.parquet").to_pylist() for t in JOKES_TASKS if t not in IN_SQLITE}
 
 
-def test_jokes_dag_reuses_kv_across_task_processes(airflow_env, tmp_path):
+def test_jokes_dag_reuses_kv_across_task_processes_deferred_to_the_triggerer(airflow_env, tmp_path):
     env, airflow = airflow_env
     outputs, logs = {}, {}
     for reuse in ("1", "0"):
         out = tmp_path / f"out{reuse}"
         logs[reuse] = dags_test(env, airflow, "quail_jokes", {"rows": JOKES}, QUAIL_DAG_OUTPUT=str(out),
-                                QUAIL_DAG_REUSE=reuse)
+                                QUAIL_DAG_REUSE=reuse, QUAIL_DAG_DEFERRABLE=reuse)
         outputs[reuse] = _jokes_outputs(out, tmp_path / "demo.db")
+    assert "QuailJobTrigger" in logs["1"] and "deferred" in logs["1"].lower()
+    assert "QuailJobTrigger" not in logs["0"]
     assert 0 < len(outputs["1"]["tech"]) < JOKES
     for task in JOKES_TASKS:
         same_rows(outputs["1"][task], outputs["0"][task])
@@ -127,17 +130,6 @@ def test_traces_dag_shares_prefixes_in_sqlite(airflow_env, tmp_path):
     [out] = done[0]["outputs"]
     assert (out["namespace"], out["name"]) == (db, "next_step")
     assert out["outputFacets"]["outputStatistics"]["rowCount"] == len(tables["1"]["next_step"])
-
-
-def test_deferrable_tasks_wait_in_the_trigger_and_resume(airflow_env, tmp_path):
-    env, airflow = airflow_env
-    out = tmp_path / "deferred"
-    log = dags_test(env, airflow, "quail_jokes", {"rows": 8}, QUAIL_DAG_OUTPUT=str(out), QUAIL_DAG_DEFERRABLE="1")
-    assert "QuailJobTrigger" in log and "deferred" in log.lower()
-    assert (out / "report.txt").exists()
-    assert set(_jokes_outputs(out, tmp_path / "demo.db")) == set(JOKES_TASKS)
-    stats = _first_run(worker_jobs(tmp_path))
-    assert stats["audience"]["tokens_reused"]["retention"] > 0
 
 
 def test_support_dag_extracts_from_the_tickets_the_filter_kept_reusing_their_kv(airflow_env, tmp_path):

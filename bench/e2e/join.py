@@ -47,12 +47,13 @@ class Ledger:
         self.steps: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
 
     def spent(self, step: str) -> dict:
-        return self.steps.setdefault(step, {"seconds": 0.0, "tokens_computed": 0})
+        return self.steps.setdefault(step, {"seconds": 0.0, "tokens_computed": 0, "calls": 0})
 
     def add(self, step: str, seconds: float, tokens: int) -> None:
         s = self.spent(step)
         s["seconds"] += seconds
         s["tokens_computed"] += tokens
+        s["calls"] = s.get("calls", 0) + 1
         self.save()
 
     def save(self) -> None:
@@ -128,7 +129,7 @@ def every_pair_seconds(session, left: list[str], right: list[str], rows: int, le
         step["name"] = f"every pair, left row {i}"
         spent = ledger.spent(step["name"])
         if not spent.get("done"):  # a row stopped part way is timed again whole (the store is off)
-            spent["seconds"], spent["tokens_computed"] = 0.0, 0
+            spent["seconds"], spent["tokens_computed"], spent["calls"] = 0.0, 0, 0
             session.join([left[i]], right, CONDITION, reuse=True, retain=None, calibration="auto", partner="record",
                          bias=bias)
             spent["done"] = True

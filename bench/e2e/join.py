@@ -89,8 +89,8 @@ def in_calls(session, size: int, ledger: Ledger) -> dict:
         for call in calls:
             started = time.perf_counter()
             part = set(call)
-            r, s = join(*[a[p] for p in list(signature.parameters)[1:12]],
-                        [row if i in part else [] for i, row in enumerate(rows)], a["condition_first"], bias)
+            r, s = join(**{k: v for k, v in a.items() if k != "self"}
+                        | {"pairs": [row if i in part else [] for i, row in enumerate(rows)], "bias": bias})
             for i in call:
                 result.p_yes[i] = r.p_yes[i]
             stats.merge(s)

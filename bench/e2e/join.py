@@ -10,8 +10,9 @@ find them known. The same with a sentence-transformers model's vectors beside th
 (`--embedding`), and each source's candidate recall at k, from its vectors alone.
 
 The modes share one answer store (`--answer-store`): the first mode's wall time is its own, a later
-mode finds the pairs an earlier one asked stored (its time alone is estimated from its tokens at
-the first mode's rate). On a CPU the 1,000-row join takes hours, so the pairs are asked in calls of
+mode finds the pairs an earlier one asked stored (its time alone is the first mode's scaled by
+their tokens without reuse, which the store does not change: a stored pair's tokens would count
+its whole document, where computing it rewinds to it). On a CPU the 1,000-row join takes hours, so the pairs are asked in calls of
 `--pairs-per-call` (whole left rows, stored as each call ends) and a run stopped between calls
 resumes where it stopped: the time and tokens of the calls before are kept in a ledger beside the
 store and added in. The figures are those of one uninterrupted run, less the work lost at a stop
@@ -69,21 +70,28 @@ def in_calls(session, size: int, ledger: Ledger) -> dict:
     from quail.executor.stats import Stats
     from quail.ops.join import JoinResult
 
-    join, signature, step = session.join, inspect.signature(type(session).join), {"name": None}
+    join, vectors = session.join, session.vectors
+    signature, step = inspect.signature(type(session).join), {"name": None}
+
+    def record(what: str, started: float, tokens: int) -> None:
+        if step["name"] is not None:
+            seconds = time.perf_counter() - started
+            ledger.add(step["name"], seconds, tokens)
+            print(f"  {step['name']}: {what} in {seconds:.0f} s, {tokens:,} tokens computed", flush=True)
 
     def called(*args, **kwargs):
         bound = signature.bind(session, *args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
         rows = a["pairs"] if a["pairs"] is not None else [list(range(len(a["right"])))] * len(a["left"])
-        calls, size_now = [[]], 0
-        for i, row in enumerate(rows):
-            if row and size_now >= size:
+        calls: list[list[int]] = []
+        size_now = size
+        for i in (i for i, row in enumerate(rows) if row):
+            if size_now >= size:
                 calls.append([])
                 size_now = 0
-            if row:
-                calls[-1].append(i)
-                size_now += len(row)
+            calls[-1].append(i)
+            size_now += len(rows[i])
         result, stats = JoinResult([[] for _ in rows]), Stats()
         bias = a["bias"] if a["bias"] is not None else {}  # each right row's probes once over the calls
         for call in calls:
@@ -94,22 +102,15 @@ def in_calls(session, size: int, ledger: Ledger) -> dict:
             for i in call:
                 result.p_yes[i] = r.p_yes[i]
             stats.merge(s)
-            if step["name"] is not None:
-                ledger.add(step["name"], time.perf_counter() - started, s.tokens_computed)
-                print(f"  {step['name']}: {sum(map(len, (rows[i] for i in call))):,} pairs in "
-                      f"{time.perf_counter() - started:.0f} s, {s.tokens_computed:,} tokens computed", flush=True)
+            record(f"{sum(len(rows[i]) for i in call):,} pairs", started, s.tokens_computed)
         return result, stats
 
     def read(*args, **kwargs):
         started = time.perf_counter()
         out = vectors(*args, **kwargs)
-        if step["name"] is not None:
-            ledger.add(step["name"], time.perf_counter() - started, out[1].tokens_computed)
-            print(f"  {step['name']}: vectors in {time.perf_counter() - started:.0f} s, "
-                  f"{out[1].tokens_computed:,} tokens computed", flush=True)
+        record("vectors", started, out[1].tokens_computed)
         return out
 
-    vectors = session.vectors
     session.join, session.vectors = called, read
     return step
 
@@ -169,20 +170,15 @@ def run_mode(session, spec, left: list[str], right: list[str], partner: np.ndarr
             "gold_precision": round(len(matched & gold) / len(matched), 4) if matched else None,
             "seconds": round(seconds_total, 1),
             "tokens_computed": spent["tokens_computed"], "tokens_naive": stats.tokens_naive,
-            "tokens_stored": stats.tokens_reused.get("store", 0) - (spent["tokens_computed"] - stats.tokens_computed),
             "blocking": {k: v for k, v in b.items() if k != "tries"}}
 
 
-def candidate_recall(session, embedding: str | None, left: list[str], right: list[str],
-                     partner: np.ndarray) -> dict:
+def candidate_recall(session, spec, left: list[str], right: list[str], partner: np.ndarray) -> dict:
     """Per left row, whether its gold match is among its k best-scoring right rows (the centred
-    cosines a blocked join scores the product by), from the vectors alone."""
+    cosines a blocked join by `spec` scores the product by), from the vectors alone."""
     from quail.reuse import Reuse
     from quail.runtime.blocking import scored_product
-    from quail.specs import OperatorSpec
 
-    spec = OperatorSpec("join", "join", ("left", "right"), ("record", "record"), (CONDITION,), right_name="record",
-                        candidates=1, embedding=embedding)
     rows = list(range(len(left)))
     product, _ = scored_product(session, spec, left, right, Reuse(), None, False, rows, rows)
     out = {}
@@ -197,7 +193,7 @@ def markdown(doc: dict) -> str:
     lines = [f"# A blocked join on FEBRL 4: {doc['rows']:,} x {doc['rows']:,} rows, {doc['model']}", "",
              f"Asking every pair: {every:,.0f} s (timed on {doc['every_pair']['rows']} left rows "
              f"against every right row, scaled). A mode after the first finds the pairs an earlier one asked in the "
-             "answer store: its seconds alone are its tokens (computed and found stored) at the first mode's rate.",
+             "answer store: its seconds alone are the first mode's seconds scaled by its tokens without reuse.",
              "",
              "| vectors | mode | pairs asked | share | recall >= (certified or estimated) | gold recall | "
              "gold precision | tokens computed | seconds | seconds alone | of every pair's time |",
@@ -253,14 +249,12 @@ def main(argv: list[str] | None = None) -> None:
             doc["results"].append(r)
             print({k: v for k, v in r.items() if k != "blocking"}, flush=True)
         step["name"] = None
-        doc["candidate_recall"][embedding or f"{args.model}'s own"] = candidate_recall(session, embedding, left,
-                                                                                      right, partner)
+        doc["candidate_recall"][embedding or f"{args.model}'s own"] = candidate_recall(
+            session, replace(base, embedding=embedding, candidates=1), left, right, partner)
     doc["every_pair"] = every_pair_seconds(session, left, right, args.sample_rows, ledger, step)
-    first = doc["results"][0]
-    rate = first["tokens_computed"] / first["seconds"]  # the first mode's, which found nothing stored
+    first = doc["results"][0]  # found nothing stored: its seconds per token without reuse set the others'
     for r in doc["results"]:
-        r["seconds_alone"] = round((r["tokens_computed"] + r["tokens_stored"]) / rate, 1) if r is not first \
-            else r["seconds"]
+        r["seconds_alone"] = round(first["seconds"] * r["tokens_naive"] / first["tokens_naive"], 1)
     print(f"every pair: {doc['every_pair']['seconds']:,.0f} s", flush=True)
     write_json(args, doc, markdown=markdown(doc))
 

@@ -221,8 +221,10 @@ def _processors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _tiles(q_len: np.ndarray, group: int, bm: int) -> int:
-    return max(1, -(-int(q_len.max()) * group // bm))
+def _tiling(meta, group: int, kv_heads: int, bm: int) -> tuple[int, int]:
+    """The tiles a sequence's query rows take at BLOCK_M `bm`, and the key splits their programs want."""
+    tiles = max(1, -(-int(meta.q_len.max()) * group // bm))
+    return tiles, kv_splits(len(meta.page_tables) * tiles * kv_heads, _processors(meta.device), int(meta.k_len.max()))
 
 
 def _device_meta(meta, group: int, kv_heads: int, head_dim: int) -> dict:
@@ -234,8 +236,7 @@ def _device_meta(meta, group: int, kv_heads: int, head_dim: int) -> dict:
             return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(meta.device)
 
         bm = block_m(meta.q_len, group, head_dim)
-        tiles = _tiles(meta.q_len, group, bm)
-        splits = kv_splits(len(meta.page_tables) * tiles * kv_heads, _processors(meta.device), int(meta.k_len.max()))
+        tiles, splits = _tiling(meta, group, kv_heads, bm)
         cached = {"table": as_t(meta.padded_tables()), "q_start": as_t(meta.q_start), "q_len": as_t(meta.q_len),
                   "k_len": as_t(meta.k_len), "block_m": bm, "tiles": tiles, "splits": splits}
         meta._triton = cached
@@ -256,8 +257,8 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError("paged attention wants contiguous head dims and K/V caches of one layout")
     dm = _device_meta(meta, group, kv_heads, D)
     rows = bm or dm["block_m"]
-    tiles = dm["tiles"] if bm is None else _tiles(meta.q_len, group, bm)
-    splits = splits or dm["splits"]
+    tiles, chosen = (dm["tiles"], dm["splits"]) if bm is None else _tiling(meta, group, kv_heads, bm)
+    splits = splits or chosen
     wide = k_cache.numel() >= WIDE_ELEMENTS
     out = torch.empty_like(q)
     split = splits > 1
